@@ -1,0 +1,14 @@
+"""minigate: gated attention (Qiu et al., 2025) in a small, readable package.
+
+    import minigate
+    cfg = minigate.ModelConfig(gate="G1", gate_granularity="headwise")
+    model = minigate.Transformer(cfg)
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_gate"))
+"""
+
+from .config import ModelConfig
+from .model import Transformer
+from .pretrained import from_pretrained, save_pretrained
+
+__all__ = ["ModelConfig", "Transformer", "from_pretrained", "save_pretrained"]
+__version__ = "0.1.0"

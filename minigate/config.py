@@ -1,0 +1,141 @@
+"""ModelConfig: every architectural choice of a minigate model, in one flat dataclass.
+
+The same config describes the tiny models we train on a CPU and the paper's released 1B
+checkpoints (`from_hf_config` reads their `config.json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+GATE_POSITIONS = ("none", "G1", "G2", "G3", "G4", "G5")
+# G1: on the SDPA output, before o_proj (the paper's choice)  G2: on the values  G3: on the keys
+# G4: on the queries  G5: on the attention block's output, after o_proj
+GATE_GRANULARITIES = ("headwise", "elementwise")
+GATE_ACTIVATIONS = ("sigmoid", "silu")
+GATE_MODES = ("multiplicative", "additive")
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 4096  # number of token ids
+    d_model: int = 128  # width of the residual stream
+    n_layers: int = 4  # number of transformer blocks
+    n_heads: int = 4  # query heads per layer
+    n_kv_heads: int = 4  # key/value heads (GQA when < n_heads; must divide n_heads)
+    head_dim: int = 32  # width of one head (need not be d_model / n_heads); even, for RoPE
+    d_ff: int = 384  # hidden width of the SwiGLU MLP
+    rope_theta: float = 10000.0  # RoPE base frequency
+    norm_eps: float = 1e-6  # epsilon of every RMSNorm
+    qk_norm: bool = True  # RMSNorm over head_dim on q and k (per head, before RoPE), as in Qwen3
+    tie_embeddings: bool = True  # unembedding shares the token-embedding matrix
+    sandwich_norm: bool = False  # extra RMSNorm on each block's attention and MLP output
+    max_seq_len: int = 512  # context length the model is trained for (RoPE extrapolates past it)
+    gate: str = "none"  # gate position: one of GATE_POSITIONS
+    gate_granularity: str = "elementwise"  # "headwise": one score per head; "elementwise": one per dim
+    gate_head_specific: bool = True  # False: one gate projection shared by all heads
+    gate_activation: str = "sigmoid"  # "sigmoid" or "silu", applied to the gate logits
+    gate_mode: str = "multiplicative"  # "multiplicative": y * act(s); "additive": y + act(s)
+
+    def __post_init__(self):
+        def check(ok: bool, field: str, msg: str):
+            if not ok:
+                raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}: {msg}")
+
+        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
+            check(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be a positive integer")
+        check(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
+              f"n_heads={self.n_heads} must be divisible by n_kv_heads; allowed values are the divisors "
+              f"of n_heads: {[d for d in range(1, self.n_heads + 1) if self.n_heads % d == 0]}")
+        check(self.head_dim % 2 == 0, "head_dim", "RoPE rotates pairs of dimensions, so head_dim must be even")
+        check(self.gate in GATE_POSITIONS, "gate", f"unknown gate position; allowed: {GATE_POSITIONS}")
+        check(self.gate_granularity in GATE_GRANULARITIES, "gate_granularity", f"allowed: {GATE_GRANULARITIES}")
+        check(self.gate_activation in GATE_ACTIVATIONS, "gate_activation", f"allowed: {GATE_ACTIVATIONS}")
+        check(self.gate_mode in GATE_MODES, "gate_mode", f"allowed: {GATE_MODES}")
+        check(not (self.gate == "G5" and self.gate_granularity == "headwise"), "gate_granularity",
+              "G5 gates the output of o_proj, which has no heads; use gate_granularity='elementwise' with G5")
+        check(not (self.gate == "G5" and not self.gate_head_specific), "gate_head_specific",
+              "G5 has no heads to share a gate between; use gate_head_specific=True with G5")
+
+    # -- derived sizes ---------------------------------------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def gate_in_q_proj(self) -> bool:
+        """The released checkpoints' layout: G1, head-specific sigmoid gate rows inside q_proj."""
+        return self.gate == "G1" and self.gate_head_specific
+
+    @property
+    def gate_width_per_head(self) -> int:
+        """Gate scores per head: 1 (headwise) or head_dim (elementwise)."""
+        return 1 if self.gate_granularity == "headwise" else self.head_dim
+
+    # -- official config.json keys ---------------------------------------------------------------------
+    def to_hf_config(self) -> dict:
+        """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
+        official_gate = self.gate_in_q_proj and self.gate_activation == "sigmoid" and self.gate_mode == "multiplicative"
+        d = {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.d_model,
+            "num_hidden_layers": self.n_layers,
+            "num_attention_heads": self.n_heads,
+            "num_key_value_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.d_ff,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.norm_eps,
+            "use_qk_norm": self.qk_norm,
+            "tie_word_embeddings": self.tie_embeddings,
+            "max_position_embeddings": self.max_seq_len,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "headwise_attn_output_gate": official_gate and self.gate_granularity == "headwise",
+            "elementwise_attn_output_gate": official_gate and self.gate_granularity == "elementwise",
+            "minigate": {f: getattr(self, f) for f in ("sandwich_norm", "gate", "gate_granularity",
+                                                       "gate_head_specific", "gate_activation", "gate_mode")},
+        }
+        return d
+
+    @classmethod
+    def from_hf_config(cls, d: dict) -> "ModelConfig":
+        """Read an official (or minigate-written) config.json dict."""
+        if d.get("attention_bias") or d.get("qkv_bias"):
+            # the released configs disagree on this key; the authors say no bias is used
+            import warnings
+
+            warnings.warn("config.json asks for q/k/v biases; minigate has none (the paper's models use none)")
+        try:
+            kw = dict(
+                vocab_size=d["vocab_size"], d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],
+                n_heads=d["num_attention_heads"], n_kv_heads=d.get("num_key_value_heads", d["num_attention_heads"]),
+                head_dim=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
+                d_ff=d["intermediate_size"], rope_theta=float(d.get("rope_theta", 10000.0)),
+                norm_eps=d.get("rms_norm_eps", 1e-6), qk_norm=d.get("use_qk_norm", True),
+                tie_embeddings=d.get("tie_word_embeddings", True),
+                max_seq_len=d.get("max_position_embeddings", 2048),
+            )
+        except KeyError as e:
+            raise ValueError(f"config.json lacks the key {e.args[0]!r}; is this a Qwen3-style config?") from None
+        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):  # transformers 5.x spelling
+            kw["rope_theta"] = float(d["rope_parameters"].get("rope_theta", 10000.0))
+        if "minigate" in d:
+            kw.update(d["minigate"])
+        elif d.get("headwise_attn_output_gate") or d.get("elementwise_attn_output_gate"):
+            kw.update(gate="G1", gate_granularity="headwise" if d.get("headwise_attn_output_gate") else "elementwise")
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}; allowed: {sorted(known)}")
+        return cls(**d)

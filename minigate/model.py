@@ -1,0 +1,134 @@
+"""The transformer: embeddings, pre-RMSNorm blocks of gated attention + SwiGLU MLP, unembedding.
+
+One class for the tiny models we train and the paper's released 1B checkpoints (Qwen3 layout).
+Hook points (see hooks.py) per block L:
+    hook_embed                                     (batch, pos, d_model)
+    blocks.L.hook_resid_pre / hook_resid_mid / hook_resid_post          (batch, pos, d_model)
+    blocks.L.hook_attn_out / hook_mlp_out                               (batch, pos, d_model)
+    blocks.L.attn.hook_q (batch, head, pos, d_head), hook_k / hook_v (batch, kv_head, pos, d_head),
+    blocks.L.attn.hook_pattern (batch, head, query_pos, key_pos), hook_z (batch, pos, head, d_head),
+    blocks.L.attn.hook_gate_logits / hook_gate (gated models), hook_z_gated (G1 models)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import Attention, RMSNorm, rope_cos_sin
+from .config import ModelConfig
+from .hooks import HookedRootModule, HookPoint
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)). (This `gate_proj` is the MLP's, not the attention gate.)"""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+        if cfg.sandwich_norm:  # norm each sublayer's output too, before it joins the residual stream
+            self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+            self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
+
+    def forward(self, x, cos, sin, need_pattern: bool = False):
+        x = self.hook_resid_pre(x)
+        a, pattern = self.attn(self.attn_norm(x), cos, sin, need_pattern)
+        if hasattr(self, "attn_out_norm"):
+            a = self.attn_out_norm(a)
+        x = self.hook_resid_mid(x + self.hook_attn_out(a))
+        m = self.mlp(self.mlp_norm(x))
+        if hasattr(self, "mlp_out_norm"):
+            m = self.mlp_out_norm(m)
+        x = self.hook_resid_post(x + self.hook_mlp_out(m))
+        return x, pattern
+
+
+class Transformer(HookedRootModule):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2 style: scale down the residual-stream writers
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
+        self.setup_hooks()
+
+    @staticmethod
+    def _init_weights(module: nn.Module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def unembed_weight(self) -> torch.Tensor:
+        return self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
+
+    def forward(self, tokens: torch.Tensor, return_patterns: bool = False):
+        """tokens (batch, pos) -> logits (batch, pos, vocab); with return_patterns also a list of
+        per-layer attention patterns (batch, head, query_pos, key_pos)."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, pos) token ids, got shape {tuple(tokens.shape)}")
+        cos, sin = rope_cos_sin(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
+        x = self.hook_embed(self.embed(tokens))
+        patterns = []
+        for block in self.blocks:
+            x, pattern = block(x, cos, sin, return_patterns)
+            patterns.append(pattern)
+        logits = F.linear(self.norm(x), self.unembed_weight)
+        return (logits, patterns) if return_patterns else logits
+
+    def num_params(self, gate_only: bool = False) -> int:
+        """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights."""
+        if not gate_only:
+            return sum(p.numel() for p in self.parameters())
+        c, n = self.cfg, 0
+        if c.gate_in_q_proj:
+            n = c.n_layers * c.n_heads * c.gate_width_per_head * c.d_model
+        elif c.gate != "none":
+            n = sum(b.attn.gate_proj.weight.numel() for b in self.blocks)
+        return n
+
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int = 20, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample a few tokens (no KV cache: each step reruns the whole sequence; fine for short
+        continuations). temperature=0 picks the most likely token."""
+        was_training = self.training
+        self.eval()
+        for _ in range(max_new_tokens):
+            logits = self(tokens)[:, -1, :].float()
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            tokens = torch.cat([tokens, nxt], dim=1)
+        self.train(was_training)
+        return tokens

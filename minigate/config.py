@@ -88,6 +88,7 @@ class ModelConfig:
             "head_dim": self.head_dim,
             "intermediate_size": self.d_ff,
             "rope_theta": self.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},  # transformers 5.x
             "rms_norm_eps": self.norm_eps,
             "use_qk_norm": self.qk_norm,
             "tie_word_embeddings": self.tie_embeddings,
@@ -121,8 +122,11 @@ class ModelConfig:
             )
         except KeyError as e:
             raise ValueError(f"config.json lacks the key {e.args[0]!r}; is this a Qwen3-style config?") from None
-        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):  # transformers 5.x spelling
-            kw["rope_theta"] = float(d["rope_parameters"].get("rope_theta", 10000.0))
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}  # transformers 5.x / 4.x spelling
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ValueError(f"config.json asks for RoPE scaling {rope}; minigate implements plain RoPE only")
+        if "rope_theta" not in d and "rope_theta" in rope:
+            kw["rope_theta"] = float(rope["rope_theta"])
         if "minigate" in d:
             kw.update(d["minigate"])
         elif d.get("headwise_attn_output_gate") or d.get("elementwise_attn_output_gate"):

@@ -1,2 +1,150 @@
-def from_pretrained(*a, **k): raise NotImplementedError
-def save_pretrained(*a, **k): raise NotImplementedError
+"""Save and load models in the official format of the paper's checkpoints (Qwen3 names and config).
+
+    model = minigate.from_pretrained("data/checkpoints/headwise")                 # a local folder
+    model = minigate.from_pretrained("QwQZh/gated_attention", subfolder="1B_gate_headwise",
+                                     dtype=torch.float16, device="cuda")           # the Hub
+    minigate.save_pretrained(model, "runs/my_model")
+
+No remote code and no transformers model class: we read config.json and the weights ourselves
+(model.safetensors, sharded safetensors, or pytorch_model.bin with weights_only=True).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import ModelConfig
+from .model import Transformer
+
+# (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {p} = projection
+_RENAMES = [
+    ("embed.weight", "model.embed_tokens.weight"),
+    ("norm.weight", "model.norm.weight"),
+    ("lm_head.weight", "lm_head.weight"),
+    ("blocks.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"),
+    ("blocks.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"),
+    ("blocks.{L}.attn_out_norm.weight", "model.layers.{L}.attn_output_layernorm.weight"),  # minigate only
+    ("blocks.{L}.mlp_out_norm.weight", "model.layers.{L}.mlp_output_layernorm.weight"),  # minigate only
+    ("blocks.{L}.attn.{p}.weight", "model.layers.{L}.self_attn.{p}.weight"),
+    ("blocks.{L}.mlp.{p}.weight", "model.layers.{L}.mlp.{p}.weight"),
+]
+
+
+def _rename(name: str, to_official: bool) -> str:
+    for ours, theirs in _RENAMES:
+        src, dst = (ours, theirs) if to_official else (theirs, ours)
+        regex = re.escape(src).replace(r"\{L\}", r"(?P<L>\d+)").replace(r"\{p\}", r"(?P<p>\w+)")
+        if m := re.fullmatch(regex, name):
+            return dst.format(**m.groupdict())
+    raise KeyError(name)
+
+
+def to_official_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    return {_rename(k, True): v for k, v in model.state_dict().items()}
+
+
+def _atomic_write(path: Path, write):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_pretrained(model: Transformer, path: str | os.PathLike) -> Path:
+    """Write config.json (official keys) and model.safetensors (official names) into `path`."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_official_state_dict(model).items()}
+    _atomic_write(path / "model.safetensors", lambda f: save_file(tensors, f, metadata={"format": "pt"}))
+    cfg = json.dumps(model.cfg.to_hf_config(), indent=2)
+    _atomic_write(path / "config.json", lambda f: Path(f).write_text(cfg))
+    return path
+
+
+def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -> Path:
+    """A local folder if it exists, else download (only `subfolder`) from the Hugging Face Hub."""
+    local = Path(path_or_repo_id) / (subfolder or "")
+    if local.is_dir():
+        return local
+    if Path(path_or_repo_id).exists() or str(path_or_repo_id).startswith((".", "/", "~")):
+        raise FileNotFoundError(f"no folder {local}; check the path (and subfolder={subfolder!r})")
+    from huggingface_hub import snapshot_download
+
+    patterns = [f"{subfolder}/*"] if subfolder else None
+    try:
+        root = snapshot_download(str(path_or_repo_id), allow_patterns=patterns, etag_timeout=10)
+    except Exception as e:  # offline, unknown repo, no access: one clear message instead of a stack of retries
+        raise OSError(
+            f"could not download {path_or_repo_id!r}{f' (subfolder {subfolder!r})' if subfolder else ''} from the "
+            f"Hugging Face Hub: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n"
+            "No network? Download the folder on a machine that has one and pass its local path instead.") from None
+    folder = Path(root) / (subfolder or "")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{path_or_repo_id!r} has no subfolder {subfolder!r}")
+    return folder
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, sharded safetensors (with an index), or pytorch_model.bin (sharded or not)."""
+    if (folder / "model.safetensors").exists():
+        return load_file(folder / "model.safetensors")
+    for index_name, loader in [("model.safetensors.index.json", lambda f: load_file(f)),
+                               ("pytorch_model.bin.index.json",
+                                lambda f: torch.load(f, map_location="cpu", weights_only=True, mmap=True))]:
+        if (folder / index_name).exists():
+            shards = sorted(set(json.loads((folder / index_name).read_text())["weight_map"].values()))
+            out = {}
+            for shard in shards:
+                out.update(loader(folder / shard))
+            return out
+    if (folder / "pytorch_model.bin").exists():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True)
+    raise FileNotFoundError(f"no weights in {folder}: expected model.safetensors, a sharded safetensors index, "
+                            "or pytorch_model.bin")
+
+
+def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = None,
+                    dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Transformer:
+    """Load a minigate model from an official-format folder or Hub repo (float32 unless `dtype`)."""
+    folder = _resolve_folder(path_or_repo_id, subfolder)
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder} has no config.json")
+    cfg = ModelConfig.from_hf_config(json.loads((folder / "config.json").read_text()))
+    official = _read_weights(folder)
+
+    with torch.device("meta"):  # no random init: the checkpoint's tensors are assigned below
+        model = Transformer(cfg)
+    expected = model.state_dict()
+    state = {}
+    for name, t in official.items():
+        try:
+            ours = _rename(name, to_official=False)
+        except KeyError:
+            raise ValueError(f"checkpoint parameter {name!r} has no place in a minigate model "
+                             f"(config: gate={cfg.gate!r}, qk_norm={cfg.qk_norm}); is config.json right?") from None
+        if ours == "lm_head.weight" and cfg.tie_embeddings:
+            continue  # tied: the embedding matrix serves as the unembedding
+        if ours not in expected:
+            raise ValueError(f"checkpoint parameter {name!r} is not used by this config "
+                             f"(gate={cfg.gate!r}, qk_norm={cfg.qk_norm}, sandwich_norm={cfg.sandwich_norm})")
+        if tuple(t.shape) != tuple(expected[ours].shape):
+            raise ValueError(f"shape mismatch for {name!r}: checkpoint has {tuple(t.shape)}, config.json implies "
+                             f"{tuple(expected[ours].shape)} (check num_heads/head_dim/gate settings)")
+        state[ours] = t.to(dtype or torch.float32)
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} parameters, e.g. "
+                         f"{[_rename(m, True) for m in missing[:3]]}; is config.json right?")
+    model.load_state_dict(state, assign=True)
+    return model.to(device).eval()

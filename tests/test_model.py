@@ -1,0 +1,219 @@
+"""The model: every gate variant, both attention paths, hook points, config validation."""
+
+import itertools
+
+import pytest
+import torch
+
+from minigate import ModelConfig, Transformer
+from minigate.config import GATE_ACTIVATIONS, GATE_GRANULARITIES, GATE_MODES, GATE_POSITIONS
+
+TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+
+
+def all_variants():
+    for pos, gran, shared, act, mode in itertools.product(GATE_POSITIONS, GATE_GRANULARITIES, [False, True],
+                                                          GATE_ACTIVATIONS, GATE_MODES):
+        if pos == "none" and (gran, shared, act, mode) != ("elementwise", False, "sigmoid", "multiplicative"):
+            continue  # the gate fields do nothing without a gate
+        if pos == "G5" and (gran == "headwise" or shared):
+            continue  # invalid, see test_invalid_configs
+        yield dict(gate=pos, gate_granularity=gran, gate_head_specific=not shared, gate_activation=act,
+                   gate_mode=mode)
+
+
+VARIANTS = list(all_variants())
+IDS = ["-".join(str(v) for v in kw.values()) for kw in VARIANTS]
+
+
+def _tokens(n=2, t=10):
+    return torch.randint(0, 50, (n, t), generator=torch.Generator().manual_seed(0))
+
+
+def test_variant_count():
+    # 5 positions x 2 x 2 x 2 x 2 minus G5's invalid 12 ... plus baseline: a guard on the list above
+    assert len(VARIANTS) == 1 + 4 * 16 + 4
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
+def test_sdpa_path_equals_explicit_path(kw):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**TINY, **kw)).eval()
+    with torch.no_grad():
+        fast = model(_tokens())
+        explicit, patterns = model(_tokens(), return_patterns=True)
+    assert all(p is not None for p in patterns)
+    torch.testing.assert_close(fast, explicit, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
+def test_forward_backward_and_gate_gets_gradient(kw):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**TINY, **kw))
+    logits = model(_tokens())
+    assert logits.shape == (2, 10, 50)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), _tokens().flatten()).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    if kw["gate"] == "none":
+        return
+    if kw["gate"] == "G1" and kw["gate_head_specific"]:  # official layout: the gate rows of q_proj
+        cfg = model.cfg
+        w = model.blocks[0].attn.q_proj.weight.grad.view(cfg.n_kv_heads, -1, cfg.d_model)
+        gate_grad = w[:, cfg.group_size * cfg.head_dim:]
+    else:
+        gate_grad = model.blocks[0].attn.gate_proj.weight.grad
+    assert gate_grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("gran,E", [("headwise", 1), ("elementwise", 8)])
+def test_gate_parameter_count(gran, E):
+    base = Transformer(ModelConfig(**TINY)).num_params()
+    m = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity=gran))
+    assert m.num_params() - base == m.num_params(gate_only=True) == 2 * 4 * E * 32
+
+
+# ---- hooks -----------------------------------------------------------------------------------------
+def test_cache_names_and_shapes():
+    cfg = ModelConfig(**TINY, gate="G1", gate_granularity="elementwise")
+    _, cache = Transformer(cfg).run_with_cache(_tokens(2, 10))
+    B, T, H, K, D, d = 2, 10, 4, 2, 8, 32
+    expect = {"hook_embed": (B, T, d)}
+    for L in range(2):
+        b = f"blocks.{L}."
+        expect.update({b + "hook_resid_pre": (B, T, d), b + "hook_attn_out": (B, T, d),
+                       b + "hook_resid_mid": (B, T, d), b + "hook_mlp_out": (B, T, d), b + "hook_resid_post": (B, T, d),
+                       b + "attn.hook_q": (B, H, T, D), b + "attn.hook_k": (B, K, T, D), b + "attn.hook_v": (B, K, T, D),
+                       b + "attn.hook_pattern": (B, H, T, T), b + "attn.hook_z": (B, T, H, D),
+                       b + "attn.hook_gate_logits": (B, T, H, D), b + "attn.hook_gate": (B, T, H, D),
+                       b + "attn.hook_z_gated": (B, T, H, D)})
+    assert {k: tuple(v.shape) for k, v in cache.items()} == expect
+    # a pattern is a causal probability distribution over keys
+    pat = cache["blocks.0.attn.hook_pattern"]
+    torch.testing.assert_close(pat.sum(-1), torch.ones(B, H, T))
+    assert pat.triu(1).abs().max() == 0
+    # the gate is the sigmoid of its logits, and z_gated = z * gate
+    a = "blocks.1.attn."
+    torch.testing.assert_close(cache[a + "hook_gate"], torch.sigmoid(cache[a + "hook_gate_logits"]))
+    torch.testing.assert_close(cache[a + "hook_z_gated"], cache[a + "hook_z"] * cache[a + "hook_gate"])
+
+
+def test_headwise_gate_hook_shape_and_baseline_has_no_gate_hooks():
+    _, cache = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise")).run_with_cache(
+        _tokens(), names_filter=lambda n: "gate" in n)
+    assert {tuple(v.shape) for k, v in cache.items() if k.endswith("hook_gate")} == {(2, 10, 4)}
+    base = Transformer(ModelConfig(**TINY))
+    assert not [n for n in base.hook_dict if "gate" in n]
+
+
+@pytest.mark.parametrize("gran", ["headwise", "elementwise"])
+def test_gate_forced_to_one_equals_ungated_model(gran):
+    torch.manual_seed(0)
+    gated = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity=gran)).eval()
+    plain = Transformer(ModelConfig(**TINY)).eval()
+    state = gated.state_dict()
+    H, K, D = 4, 2, 8
+    for L in range(2):  # drop the gate rows from q_proj: the rest is a baseline model
+        w = state[f"blocks.{L}.attn.q_proj.weight"].view(K, -1, 32)
+        state[f"blocks.{L}.attn.q_proj.weight"] = w[:, : (H // K) * D].reshape(H * D, 32)
+    plain.load_state_dict(state)
+    open_all = gated.run_with_hooks(_tokens(), fwd_hooks=[(lambda n: n.endswith("hook_gate"),
+                                                          lambda g, hook: torch.ones_like(g))])
+    torch.testing.assert_close(open_all, plain(_tokens()), atol=1e-5, rtol=1e-5)
+    assert (gated(_tokens()) - plain(_tokens())).abs().max() > 1e-3  # the learned gate does matter
+
+
+def test_gate_forced_to_zero_removes_attention():
+    model = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))
+    cache = {}
+
+    def save(t, hook):
+        cache[hook.name] = t
+
+    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.1.attn.hook_gate", lambda g, hook: torch.zeros_like(g)),
+                                              (lambda n: n.endswith("hook_attn_out"), save)])
+    assert cache["blocks.1.hook_attn_out"].abs().max() == 0
+    assert cache["blocks.0.hook_attn_out"].abs().max() > 0  # only the targeted layer
+
+
+def test_hook_on_pattern_selects_explicit_path_and_can_replace_it():
+    model = Transformer(ModelConfig(**TINY)).eval()
+    seen = []
+    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(p))])
+    assert len(seen) == 1 and seen[0].shape == (2, 4, 10, 10)
+
+    def first_token_only(p, hook):
+        out = torch.zeros_like(p)
+        out[..., 0] = 1
+        return out
+
+    cache = {}
+    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", first_token_only),
+                                              ("blocks.0.attn.hook_z", lambda z, hook: cache.setdefault("z", z)),
+                                              ("blocks.0.attn.hook_v", lambda v, hook: cache.setdefault("v", v))])
+    v0 = cache["v"][:, :, 0]  # (batch, kv_head, d): every query now reads the first value
+    expected = v0.repeat_interleave(2, dim=1)[:, None].expand(-1, 10, -1, -1)
+    torch.testing.assert_close(cache["z"], expected)
+
+
+def test_hooks_removed_after_exception():
+    model = Transformer(ModelConfig(**TINY, gate="G1"))
+
+    def boom(t, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", boom)])
+    assert not any(hp.active for hp in model.hook_dict.values())
+    assert not any(hp._forward_hooks for hp in model.hook_dict.values())
+    model(_tokens())  # runs clean
+
+
+def test_unknown_hook_name_is_a_clear_error():
+    model = Transformer(ModelConfig(**TINY))
+    with pytest.raises(KeyError, match="hook_dict"):
+        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", lambda t, h: t)])
+
+
+def test_generate_is_deterministic_with_temperature_zero():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**TINY))
+    out = model.generate(_tokens(1, 4), max_new_tokens=5, temperature=0)
+    assert out.shape == (1, 9) and torch.equal(out[:, :4], _tokens(1, 4))
+    assert torch.equal(out, model.generate(_tokens(1, 4), max_new_tokens=5, temperature=0))
+    # greedy: each new token is the argmax of the model's prediction
+    assert out[0, 4] == model(out[:, :4])[0, -1].argmax()
+    sampled = model.generate(_tokens(1, 4), 5, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(0))
+    assert sampled.shape == (1, 9)
+
+
+# ---- config validation -----------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,field,hint", [
+    (dict(n_heads=6, n_kv_heads=4), "n_kv_heads", r"divisible.*\[1, 2, 3, 6\]"),
+    (dict(gate="G6"), "gate", "allowed"),
+    (dict(gate="after_softmax"), "gate", "G1"),
+    (dict(gate="G5", gate_granularity="headwise"), "gate_granularity", "elementwise"),
+    (dict(gate="G5", gate_head_specific=False), "gate_head_specific", "G5"),
+    (dict(head_dim=7), "head_dim", "RoPE"),
+    (dict(gate_activation="tanh"), "gate_activation", "sigmoid"),
+    (dict(gate_mode="mul"), "gate_mode", "multiplicative"),
+    (dict(gate_granularity="channel"), "gate_granularity", "headwise"),
+    (dict(d_model=0), "d_model", "positive"),
+])
+def test_invalid_configs(kw, field, hint):
+    with pytest.raises(ValueError, match=rf"ModelConfig\.{field}") as e:
+        ModelConfig(**{**TINY, **kw})
+    assert e.match(hint)
+
+
+def test_hf_config_roundtrip_and_official_keys():
+    cfg = ModelConfig(**TINY, gate="G1", gate_granularity="headwise")
+    d = cfg.to_hf_config()
+    assert d["headwise_attn_output_gate"] and not d["elementwise_attn_output_gate"]
+    assert ModelConfig.from_hf_config(d) == cfg
+    official = {k: v for k, v in d.items() if k != "minigate"}  # as the released config.json has it
+    assert ModelConfig.from_hf_config(official) == cfg
+    silu = ModelConfig(**TINY, gate="G1", gate_activation="silu")  # not the official gate: no official flag
+    assert not silu.to_hf_config()["elementwise_attn_output_gate"]
+    with pytest.raises(ValueError, match="hidden_size"):
+        ModelConfig.from_hf_config({"vocab_size": 3})

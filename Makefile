@@ -1,0 +1,34 @@
+# Two commands do everything on a fresh machine (each installs what it needs into .venv/):
+#   make lab    install, then open the lessons in JupyterLab
+#   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# tests and CI read WikiText-2 from ../shared/data when it is there (no dataset hub needed)
+export MINIGATE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
+NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
+
+.PHONY: install lab test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	# the CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build here
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+lab: install
+	$(BIN)/jupyter lab lessons/
+
+test: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/pytest tests/ $(wildcard lessons/*.ipynb solutions/*.ipynb) $(NBVAL)
+
+bench: install
+	$(BIN)/python -m minigate.bench model
+	$(BIN)/python -m minigate.bench train
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m minigate.bench {model,train}`; each reports ratios measured side by side."""

@@ -37,6 +37,11 @@ class HookPoint(nn.Module):
     def add_hook(self, fn: HookFn):
         handle = self.register_forward_hook(lambda module, inputs, output: fn(output, self))
         self._handles.append(handle)
+        return handle
+
+    def remove_hook(self, handle):
+        handle.remove()
+        self._handles.remove(handle)
 
     def remove_hooks(self):
         for h in self._handles:
@@ -93,14 +98,17 @@ class HookedRootModule(nn.Module):
 
     @contextmanager
     def hooks(self, fwd_hooks: Iterable[tuple] = ()):
-        """Context manager: attach `(name_or_filter, fn)` pairs; always detaches them on exit."""
+        """Context manager: attach `(name_or_filter, fn)` pairs; always detaches them on exit.
+        Contexts nest: hooks attached earlier run first, and each context removes only its own."""
+        added = []
         try:
             for name_or_filter, fn in fwd_hooks:
                 for hp in self._resolve(name_or_filter):
-                    hp.add_hook(fn)
+                    added.append((hp, hp.add_hook(fn)))
             yield self
         finally:
-            self.reset_hooks()
+            for hp, handle in added:
+                hp.remove_hook(handle)
 
     def run_with_hooks(self, *args, fwd_hooks: Iterable[tuple] = (), **kwargs):
         """Forward with hooks `[(name_or_filter, fn)]`; returns what forward returns."""

@@ -1,0 +1,106 @@
+"""Measurements on a model, with the paper's metric definitions (tidy results, no plotting).
+
+- F-Attn (attention sink): mean attention on position 0 over query positions and prompts, per
+  (layer, head); averaged over heads, then layers.
+- Sink rate (Gu et al., 2025): share of (layer, head) pairs whose mean first-token attention > 0.3.
+- M-Act (massive activations): max |residual-stream value| output by each layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SINK_THRESHOLD = 0.3  # Gu et al.: a head is a sink head when its mean first-token attention exceeds this
+
+
+def _batches(tokens: torch.Tensor, batch_size: int):
+    if tokens.dim() != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"tokens must be a non-empty (batch, pos) tensor of ids, got shape {tuple(tokens.shape)}")
+    for i in range(0, tokens.shape[0], batch_size):
+        yield tokens[i:i + batch_size]
+
+
+def uniform_first_token_share(seq_len: int) -> float:
+    """F-Attn of a head attending uniformly to all earlier positions: mean over queries of 1/(i+1)."""
+    return sum(1.0 / (i + 1) for i in range(seq_len)) / seq_len
+
+
+@dataclass
+class SinkStats:
+    share: torch.Tensor  # (layer, head): mean attention on position 0, over prompts and query positions
+
+    @property
+    def per_layer(self) -> torch.Tensor:  # (layer,)
+        return self.share.mean(1)
+
+    @property
+    def f_attn(self) -> float:
+        """The paper's F-Attn: averaged over heads, then layers."""
+        return self.per_layer.mean().item()
+
+    @property
+    def sink_rate(self) -> float:
+        return (self.share > SINK_THRESHOLD).float().mean().item()
+
+    @property
+    def n_sink_heads(self) -> int:
+        return int((self.share > SINK_THRESHOLD).sum())
+
+
+@torch.no_grad()
+def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkStats:
+    """First-token attention share of every (layer, head) on `tokens` (batch, pos), bos at position 0."""
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+
+    def record(pattern, hook):  # pattern (batch, head, query, key): keep only what we need
+        layer = int(hook.name.split(".")[1])
+        total[layer] += pattern[..., 0].double().sum(dim=(0, 2)).cpu()
+
+    device = next(model.parameters()).device
+    n = 0
+    for batch in _batches(tokens, batch_size):
+        model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_pattern"), record)])
+        n += batch.shape[0] * batch.shape[1]
+    return SinkStats(share=(total / n).float())
+
+
+@dataclass
+class ActivationStats:
+    max_abs: torch.Tensor  # (layer,): max |x| of the residual stream after each block
+    where: torch.Tensor  # (layer, 3): (prompt, position, dimension) of that max
+
+    @property
+    def m_act(self) -> float:
+        """The paper's M-Act: per-layer maximum, averaged over layers."""
+        return self.max_abs.mean().item()
+
+    @property
+    def peak(self) -> float:
+        return self.max_abs.max().item()
+
+
+@torch.no_grad()
+def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> ActivationStats:
+    """Largest absolute residual-stream value output by each layer, and where it sits."""
+    n_layers = model.cfg.n_layers
+    best = torch.full((n_layers,), -1.0)
+    where = torch.zeros(n_layers, 3, dtype=torch.long)
+    offset = 0
+
+    def record(resid, hook):  # resid (batch, pos, d_model)
+        layer = int(hook.name.split(".")[1])
+        a = resid.abs().float()
+        value, flat = a.flatten().max(0)
+        if value.item() > best[layer]:
+            best[layer] = value.item()
+            b, p, d = torch.unravel_index(flat, a.shape)
+            where[layer] = torch.tensor([offset + b.item(), p.item(), d.item()])
+
+    device = next(model.parameters()).device
+    for batch in _batches(tokens, batch_size):
+        model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_resid_post"), record)])
+        offset += batch.shape[0]
+    return ActivationStats(max_abs=best, where=where)

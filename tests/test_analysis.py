@@ -51,8 +51,9 @@ def test_one_planted_sink_head():
         return p
 
     model = Transformer(ModelConfig(**TINY))
+    long = torch.randint(0, 50, (4, 40), generator=torch.Generator().manual_seed(1))  # others near 1/40 * H_40
     with model.hooks([("blocks.1.attn.hook_pattern", lambda p, hook: one_head(p))]):
-        s = attention_sink(model, TOKENS)
+        s = attention_sink(model, long)
     assert s.share[1, 2] == pytest.approx(1.0) and s.n_sink_heads == 1
     assert s.sink_rate == pytest.approx(1 / 12)
 

@@ -1,0 +1,351 @@
+"""Data: text corpora, a byte-level BPE tokenizer, and batches that always start with <bos>.
+
+Corpora (`load_documents(name)` -> train documents, validation documents):
+
+    wikitext-2       the articles of WikiText-2's *test* split, 90/10 by article (see below)
+    wikitext-2-full  WikiText-2's own train / validation splits (needs the Hub or a full local copy)
+    tinystories      TinyStories train / validation (Hub; capped at `max_chars`)
+    python-stdlib    the .py files of this Python's standard library, 90/10 by file
+    a+b              several corpora, concatenated (e.g. "python-stdlib+wikitext-2")
+
+Where the text comes from: if the folder named by the environment variable MINIGATE_DATA_DIR
+holds a local copy (`wikitext-2-raw/wiki.{train,valid,test}.raw`, `tinystories/TinyStories-{train,
+valid}.txt`), it is read; otherwise the Hugging Face Hub (`datasets.load_dataset`). One printed line
+says which. CI and the tests set MINIGATE_DATA_DIR=../shared/data, which holds only wiki.test.raw.
+
+The held-out split. Offline we only have WikiText-2's test split, so the `wikitext-2` corpus splits
+it by article: an article starts at a top-level heading line ` = Title = `; article number i
+(0-based, in file order) is validation if i % 10 == 9, else training. The test split has 62
+articles: 56 train, 6 validation. No article is in both, and the split is the same on every machine.
+The same rule (every 10th document) splits the `python-stdlib` corpus by file.
+
+python-stdlib: the .py files under `sysconfig.get_paths()["stdlib"]`, minus test folders,
+site-packages and the generated codec tables in encodings/. Files are ordered by a hash of their
+relative path (deterministic, but mixing packages, so a size cap keeps a varied sample) and taken
+until `max_bytes`. The standard library changes between Python versions, so this corpus does too:
+`stdlib_info()` records the version, and so does every run's history.
+
+The tokenizer (`data/tokenizer.json`, used by the shipped checkpoints): byte-level BPE, vocab 4096,
+`<bos>` = id 0, trained by `build_tokenizer()` (or `python -m minigate.data build-tokenizer`) on the
+training documents of "python-stdlib+wikitext-2" with the default cap, under Python 3.11.7.
+Training is deterministic; another Python version gives a slightly different stdlib and tokenizer.
+
+Batches: a training example is `bos` followed by a random window of the token stream, the target
+is the same window shifted by one: x = [bos, t1 .. t_{L-1}], y = [t1 .. t_L] for seq_len L. So every
+sequence starts with <bos> (where the paper's attention sinks sit) and every position has a target.
+Evaluation uses fixed, non-overlapping windows instead, so every validation token is scored once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import socket
+import sys
+import sysconfig
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+BOS = "<bos>"
+DEFAULT_TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tokenizer.json"
+STDLIB_MAX_BYTES = 6_000_000  # default cap of the python-stdlib corpus (the full 3.11 stdlib is ~10 MB)
+HUB = {"wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),  # (repo, config) for datasets.load_dataset
+       "tinystories": ("roneneldan/TinyStories", None)}
+LOCAL = {"wikitext-2": "wikitext-2-raw/wiki.{split}.raw",  # file names inside MINIGATE_DATA_DIR
+         "tinystories": "tinystories/TinyStories-{split}.txt"}
+LOCAL_SPLIT = {"train": "train", "validation": "valid", "test": "test"}  # Hub split -> local file name
+
+
+class DataUnavailableError(RuntimeError):
+    """The text is neither in MINIGATE_DATA_DIR nor reachable on the Hub."""
+
+
+# -- raw text ------------------------------------------------------------------------------------------
+def _say(msg: str):
+    print(f"[minigate.data] {msg}", flush=True)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP probe, so an offline machine fails in seconds instead of retrying for half a minute."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # behind a proxy a direct probe proves nothing; let the Hub client try
+    host = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_hub(name: str, split: str, max_chars: int | None) -> list[str]:
+    repo, config = HUB[name]
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
+                  for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    local = os.environ.get("MINIGATE_DATA_DIR")
+    fix = (f"Either put a local copy in MINIGATE_DATA_DIR (now {local!r}; expected file "
+           f"{LOCAL[name].format(split=LOCAL_SPLIT.get(split, split))!r} inside it), "
+           f"or connect to the internet so that datasets.load_dataset({repo!r}) can download it.")
+    if not offline and not _hub_reachable():
+        raise DataUnavailableError(f"{name} {split}: no local copy, and the Hugging Face Hub is unreachable. "
+                                   + fix)
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(repo, config, split=split, streaming=max_chars is not None)
+        rows, n = [], 0
+        for row in ds:
+            rows.append(row["text"])
+            n += len(row["text"])
+            if max_chars is not None and n >= max_chars:
+                break
+    except Exception as e:  # ConnectionError, offline mode, missing cache, ...: all mean "not available"
+        raise DataUnavailableError(f"{name} {split}: could not load it from the Hub ({e}). {fix}") from e
+    _say(f"{name} {split}: Hugging Face Hub {repo}" + (f" ({config})" if config else ""))
+    return rows
+
+
+def _normalize_wikitext(text: str) -> str:
+    """One line per paragraph or heading, no blank lines: the Hub's rows and the .raw files agree."""
+    return "".join(line.rstrip("\r\n") + "\n" for line in text.splitlines() if line.strip())
+
+
+def load_text(name: str, split: str, max_chars: int | None = None) -> str:
+    """The raw text of one split of a dataset: "wikitext-2" (train, validation, test), "tinystories"
+    (train, validation) or "python-stdlib" (train, validation of the by-file split).
+    Reads MINIGATE_DATA_DIR's local copy if there is one, else the Hub; prints which."""
+    if name == "python-stdlib":
+        return "".join(stdlib_documents(split))
+    if name not in HUB:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(HUB) + ['python-stdlib']}")
+    if split not in LOCAL_SPLIT or (name == "tinystories" and split == "test"):
+        raise ValueError(f"{name} has no split {split!r}; use 'train' or 'validation'"
+                         + (" or 'test'" if name == "wikitext-2" else ""))
+    local_dir = os.environ.get("MINIGATE_DATA_DIR")
+    path = Path(local_dir) / LOCAL[name].format(split=LOCAL_SPLIT[split]) if local_dir else None
+    if path is not None and path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if max_chars is not None:
+            text = text[:max_chars]
+        _say(f"{name} {split}: local copy {path}")
+    else:
+        rows = _from_hub(name, split, max_chars)  # wikitext rows are lines, tinystories rows are stories
+        sep = "" if name == "wikitext-2" else "\n<|endoftext|>\n"  # as in the TinyStories .txt files
+        text = "".join(r.rstrip() + sep if sep else r for r in rows)
+    return _normalize_wikitext(text) if name == "wikitext-2" else text
+
+
+# -- documents and the held-out split ------------------------------------------------------------------
+_HEADING = re.compile(r"= [^=].* =")  # a stripped top-level heading; sections are "= = Section = ="
+
+
+def articles(text: str) -> list[str]:
+    """Split WikiText into articles, each starting at its ` = Title = ` line (text before the first
+    heading, if any, is dropped)."""
+    out: list[list[str]] = []
+    for line in text.splitlines(keepends=True):
+        if _HEADING.fullmatch(line.strip()):
+            out.append([])
+        if out:
+            out[-1].append(line)
+    return ["".join(a) for a in out]
+
+
+def train_val_split(docs: list, every: int = 10) -> tuple[list, list]:
+    """Deterministic held-out split by document: number i goes to validation if i % every == every - 1
+    (so 10% with every=10), else to training. Documents are never cut, so none is in both."""
+    train = [d for i, d in enumerate(docs) if i % every != every - 1]
+    val = [d for i, d in enumerate(docs) if i % every == every - 1]
+    return train, val
+
+
+@functools.lru_cache(maxsize=1)
+def _all_stdlib_files() -> tuple[tuple[Path, int], ...]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "encodings"}
+    files = [p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts[:-1])]
+    files.sort(key=lambda p: hashlib.sha1(p.relative_to(root).as_posix().encode()).hexdigest())
+    return tuple((p, p.stat().st_size) for p in files)
+
+
+def stdlib_files(max_bytes: int | None = STDLIB_MAX_BYTES) -> list[Path]:
+    """The stdlib .py files of the python-stdlib corpus, in their fixed (hashed-path) order."""
+    out, total = [], 0
+    for p, size in _all_stdlib_files():
+        if size == 0 or (max_bytes is not None and total + size > max_bytes):
+            continue  # empty __init__.py files add nothing; a file that would overflow the cap is skipped
+        out.append(p)
+        total += size
+    return out
+
+
+def stdlib_info(max_bytes: int | None = STDLIB_MAX_BYTES) -> dict:
+    """What python-stdlib contains here: Python version, folder, file count and bytes."""
+    files = stdlib_files(max_bytes)
+    return {"python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"],
+            "files": len(files), "bytes": sum(p.stat().st_size for p in files), "max_bytes": max_bytes}
+
+
+def stdlib_documents(split: str, max_bytes: int | None = STDLIB_MAX_BYTES) -> list[str]:
+    """python-stdlib's train or validation files (90/10 by file), one document per file."""
+    if split not in ("train", "validation"):
+        raise ValueError(f"python-stdlib has splits 'train' and 'validation', not {split!r}")
+    files = train_val_split(stdlib_files(max_bytes))[split == "validation"]
+    return [p.read_text(encoding="utf-8", errors="replace") for p in files]
+
+
+def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[str], list[str]]:
+    """(train documents, validation documents) of a corpus (see the module docstring for the names).
+    `max_chars` caps each split of tinystories (its train split is 1.9 GB)."""
+    if "+" in name:
+        parts = [load_documents(n, max_chars) for n in name.split("+")]
+        return [d for tr, _ in parts for d in tr], [d for _, va in parts for d in va]
+    if name == "wikitext-2":
+        return train_val_split(articles(load_text("wikitext-2", "test")))
+    if name == "wikitext-2-full":
+        return articles(load_text("wikitext-2", "train")), articles(load_text("wikitext-2", "validation"))
+    if name == "tinystories":
+        def stories(split):
+            text = load_text("tinystories", split, max_chars)
+            return [d.strip() + "\n" for d in text.split("<|endoftext|>") if d.strip()]
+
+        return stories("train"), stories("validation")
+    if name == "python-stdlib":
+        info = stdlib_info()
+        _say(f"python-stdlib: {info['files']} files, {info['bytes']:,} bytes, Python {info['python']}")
+        return stdlib_documents("train"), stdlib_documents("validation")
+    raise ValueError(f"unknown corpus {name!r}; known: wikitext-2, wikitext-2-full, tinystories, "
+                     "python-stdlib, or several joined with '+'")
+
+
+# -- tokenizer -----------------------------------------------------------------------------------------
+def train_tokenizer(texts, vocab_size: int = 4096) -> Tokenizer:
+    """Train a byte-level BPE (GPT-2 style: any byte sequence encodes, no unknown token) with <bos>
+    as id 0. `texts`: a string or a list of strings (documents). Deterministic for the same input."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not any(t.strip() for t in texts):
+        raise ValueError("cannot train a tokenizer on empty text")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[BOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def build_tokenizer(path: str | Path = DEFAULT_TOKENIZER, vocab_size: int = 4096) -> Tokenizer:
+    """Rebuild the shipped tokenizer: trained on the training documents of python-stdlib+wikitext-2."""
+    train_docs, _ = load_documents("python-stdlib+wikitext-2")
+    tok = train_tokenizer(train_docs, vocab_size)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    _say(f"tokenizer: vocab {tok.get_vocab_size()}, Python {sys.version.split()[0]} stdlib, saved to {path}")
+    return tok
+
+
+def load_tokenizer(path: str | Path = DEFAULT_TOKENIZER) -> Tokenizer:
+    """Load a tokenizer.json (default: the one the shipped checkpoints use)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no tokenizer at {path}; build one with "
+                                "`python -m minigate.data build-tokenizer`")
+    return Tokenizer.from_file(str(path))
+
+
+class TextTokenizer:
+    """The thin common face of a minigate tokenizer and a transformers one: encode, decode, bos_id."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.is_hf = not isinstance(tok, Tokenizer)
+        self.bos_id = tok.bos_token_id if self.is_hf else tok.token_to_id(BOS)
+        self.vocab_size = len(tok) if self.is_hf else tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False) if self.is_hf else self.tok.encode(text).ids
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(list(ids))
+
+
+def get_tokenizer(name_or_path: str | Path | None = None) -> TextTokenizer:
+    """None or a tokenizer.json path: a minigate tokenizer; anything else (a Hub id or a model
+    folder, e.g. one of the paper's 1B checkpoints): `transformers.AutoTokenizer`."""
+    if name_or_path is None or str(name_or_path).endswith(".json"):
+        return TextTokenizer(load_tokenizer(name_or_path or DEFAULT_TOKENIZER))
+    folder = Path(name_or_path)
+    if (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").exists():
+        return TextTokenizer(load_tokenizer(folder / "tokenizer.json"))  # a minigate run's model folder
+    from transformers import AutoTokenizer
+
+    return TextTokenizer(AutoTokenizer.from_pretrained(name_or_path))
+
+
+def encode(docs, tokenizer: Tokenizer) -> torch.Tensor:
+    """Token ids of the documents, concatenated into one int64 tensor (no separators)."""
+    docs = [docs] if isinstance(docs, str) else list(docs)
+    ids = [i for enc in tokenizer.encode_batch(docs) for i in enc.ids]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+# -- batches -------------------------------------------------------------------------------------------
+def check_length(tokens: torch.Tensor, seq_len: int, what: str):
+    if tokens.dim() != 1:
+        raise ValueError(f"{what} tokens must be one 1-d tensor of ids, got shape {tuple(tokens.shape)}")
+    if seq_len < 2:
+        raise ValueError(f"seq_len={seq_len}: a sequence needs <bos> and at least one text token")
+    if tokens.numel() == 0:
+        raise ValueError(f"the {what} corpus is empty (0 tokens); check the corpus name and its source")
+    if tokens.numel() < seq_len:
+        raise ValueError(f"the {what} corpus has {tokens.numel()} tokens, but one sequence of "
+                         f"seq_len={seq_len} needs {seq_len}; use a larger corpus or a smaller seq_len")
+
+
+def sample_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: int,
+                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random training windows: x = [bos, window[:-1]], y = window, both (batch, seq_len).
+    The same generator state gives the same batch."""
+    check_length(tokens, seq_len, "training")
+    starts = torch.randint(0, tokens.numel() - seq_len + 1, (batch_size,), generator=generator)
+    y = torch.stack([tokens[s: s + seq_len] for s in starts.tolist()])
+    x = torch.cat([torch.full((batch_size, 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1)
+    return x, y
+
+
+def eval_batches(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: int,
+                 max_batches: int | None = None):
+    """Fixed evaluation batches: the corpus cut into non-overlapping windows of seq_len tokens (the
+    tail that does not fill a window is dropped), each as x = [bos, window[:-1]], y = window."""
+    check_length(tokens, seq_len, "validation")
+    n = tokens.numel() // seq_len
+    windows = tokens[: n * seq_len].view(n, seq_len)
+    for b, i in enumerate(range(0, n, batch_size)):
+        if max_batches is not None and b >= max_batches:
+            break
+        y = windows[i: i + batch_size]
+        yield torch.cat([torch.full((y.shape[0], 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1), y
+
+
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m minigate.data", description="minigate data utilities")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build-tokenizer",
+                       help="retrain data/tokenizer.json (python-stdlib+wikitext-2, vocab 4096)")
+    b.add_argument("--out", default=str(DEFAULT_TOKENIZER))
+    b.add_argument("--vocab-size", type=int, default=4096)
+    sub.add_parser("info", help="show what the python-stdlib corpus contains on this Python")
+    args = p.parse_args(argv)
+    if args.cmd == "build-tokenizer":
+        build_tokenizer(args.out, args.vocab_size)
+    else:
+        print(stdlib_info())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,456 @@
+"""Training: AdamW, warmup + cosine, clipping, accumulation, mixed precision, resumable checkpoints.
+
+    from minigate import Transformer
+    from minigate.train import PRESETS, model_config, train
+    p = PRESETS["ci"]
+    model = Transformer(model_config("ci", gate="headwise"))
+    history = train(model, train_tokens, val_tokens, p.train, out_dir="runs/ci-headwise")
+    plt.plot(history.step, history.loss); plt.plot(history.eval_step, history.val_loss)
+
+What `out_dir` holds:
+    checkpoint.pt   all it takes to resume: model, optimizer, grad scaler, step, RNG states (torch, the
+                    data sampler, python `random`, CUDA), model config, train config, history.
+                    Written atomically (temp file + os.replace): a crash mid-write keeps the old one.
+    history.json    the history so far (also written at every checkpoint)
+    model/          the final model, config.json + model.safetensors: from_pretrained(out_dir / "model")
+
+Determinism: on CPU, a run stopped at step k (Ctrl-C, or killed after a checkpoint) and resumed with
+`resume=True` ends with weights bitwise equal to an uninterrupted run: all randomness comes from the
+data sampler's generator, which is checkpointed, and the learning rate is a pure function of the step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import warnings
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from tqdm.auto import tqdm
+
+from .config import ModelConfig
+from .data import check_length, eval_batches, sample_batch
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000  # optimizer updates in the run (also the length of the lr schedule)
+    batch_size: int = 16  # sequences per micro-batch
+    seq_len: int = 128  # tokens per sequence, <bos> included
+    grad_accum: int = 1  # micro-batches per update: tokens per update = batch_size * seq_len * grad_accum
+    lr: float = 3e-3  # peak learning rate, reached at the last warmup step
+    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio at the last step
+    warmup_steps: int = 100  # linear warmup: step s (1-based) of the warmup uses lr * s / warmup_steps
+    weight_decay: float = 0.1  # AdamW decay on the matrices of Linear layers; none on norms or the embedding
+    betas: tuple = (0.9, 0.95)  # AdamW (beta1, beta2)
+    grad_clip: float = 1.0  # clip the global gradient norm to this value; 0 turns clipping off
+    eval_every: int = 100  # measure the validation loss every this many steps, and at the last step
+    eval_batches: int = 20  # validation batches per evaluation; 0: the whole validation set
+    callback_every: int = 0  # call `callback` every this many steps (and at the last); 0: same as eval_every
+    ckpt_every: int = 100  # write checkpoint.pt every this many steps (needs out_dir); 0: only at the end
+    bos_id: int = 0  # token id put first in every sequence (<bos> is 0 in minigate's tokenizer)
+    seed: int = 0  # seeds the data sampler (seed the model's init yourself, before building it)
+    device: str = "auto"  # "auto": cuda, then mps, then cpu; or a torch device string like "cuda:1"
+    precision: str = "auto"  # "fp32", "bf16" (autocast), "fp16" (autocast + GradScaler, CUDA only) or
+    #                          "auto": bf16 on GPUs that have it (Ampere+), fp16 on older ones (T4), else fp32
+    compile: bool = False  # run the training forward through torch.compile (GPU; slow first steps)
+    spike_factor: float = 1.5  # a step is a loss spike if its loss > spike_factor * running mean, where
+    spike_window: int = 50  # running mean = mean train loss of the previous spike_window steps (once full)
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)  # JSON gives a list back
+        for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "spike_window"):
+            if not (isinstance(getattr(self, f), int) and getattr(self, f) > 0):
+                raise ValueError(f"TrainConfig.{f}={getattr(self, f)!r}: must be a positive integer")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps}: must be >= 0 and less than "
+                             f"steps={self.steps}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"TrainConfig.precision={self.precision!r}: use auto, fp32, bf16 or fp16")
+
+
+# fields that change the numbers; resuming with other values cannot reproduce an uninterrupted run
+_MATH_FIELDS = ("steps", "batch_size", "seq_len", "grad_accum", "lr", "min_lr_ratio", "warmup_steps",
+                "weight_decay", "betas", "grad_clip", "bos_id", "seed", "precision")
+
+
+@dataclass
+class History:
+    """Everything measured during a run, as lists that plot directly: plt.plot(h.step, h.loss)."""
+
+    step: list = field(default_factory=list)  # optimizer step, 1-based
+    lr: list = field(default_factory=list)  # learning rate used at that step
+    loss: list = field(default_factory=list)  # train loss (mean over the step's micro-batches)
+    grad_norm: list = field(default_factory=list)  # global gradient norm, before clipping
+    tokens_per_s: list = field(default_factory=list)  # training throughput of that step
+    eval_step: list = field(default_factory=list)  # steps at which the validation loss was measured
+    val_loss: list = field(default_factory=list)  # validation loss (mean per token)
+    spikes: list = field(default_factory=list)  # steps counted as loss spikes (see TrainConfig.spike_factor)
+    metrics: list = field(default_factory=list)  # the callback's dicts, each with its "step"
+    info: dict = field(default_factory=dict)  # about the run: corpus, Python version, stop reason, ...
+
+    def metric(self, name: str) -> tuple[list, list]:
+        """(steps, values) of one callback metric, ready to plot."""
+        rows = [m for m in self.metrics if name in m]
+        return [m["step"] for m in rows], [m[name] for m in rows]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> History:
+        return cls(**d)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or gradient) became NaN or infinite; `.history` holds the run up to that point."""
+
+
+# -- pieces that tests and lessons check on their own --------------------------------------------------
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step `step` (1-based): linear warmup to cfg.lr at step warmup_steps,
+    then a cosine down to cfg.lr * min_lr_ratio at step cfg.steps."""
+    if step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / (cfg.steps - cfg.warmup_steps)  # (0, 1]
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    return min_lr + (cfg.lr - min_lr) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def is_spike(loss: float, previous: list, cfg: TrainConfig) -> bool:
+    """Is `loss` a spike: above spike_factor times the mean of the last spike_window earlier losses?"""
+    recent = previous[-cfg.spike_window:]
+    return len(recent) == cfg.spike_window and loss > cfg.spike_factor * sum(recent) / len(recent)
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | None, bool]:
+    """(autocast dtype or None for fp32, whether to use a GradScaler)."""
+    if precision == "auto":
+        if device.type != "cuda":
+            return None, False
+        bf16 = torch.cuda.get_device_capability(device)[0] >= 8  # Ampere or newer; a T4 is 7.5
+        return (torch.bfloat16, False) if bf16 else (torch.float16, True)
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(f"precision='fp16' needs a CUDA GPU (it relies on a GradScaler); on {device.type} "
+                         "use 'bf16' or 'fp32'")
+    return {"fp32": (None, False), "bf16": (torch.bfloat16, False), "fp16": (torch.float16, True)}[precision]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; weight decay only on Linear matrices (not on norm weights, not on the token embedding,
+    which the tied models also use as the unembedding)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and not name.startswith("embed.") else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(rearrange(logits.float(), "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"))
+
+
+@torch.no_grad()
+def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bos_id: int = 0,
+             max_batches: int | None = None, amp_dtype: torch.dtype | None = None) -> float:
+    """Mean next-token loss over fixed, non-overlapping windows of `tokens` (see data.eval_batches)."""
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in eval_batches(tokens, batch_size, seq_len, bos_id, max_batches or None):
+        with torch.autocast(device.type, amp_dtype) if amp_dtype else nullcontext():
+            logits = model(x.to(device))
+        total += _loss(logits, y.to(device)).item() * y.numel()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+# -- checkpoints ---------------------------------------------------------------------------------------
+def atomic_write(path: Path, write):
+    """Call write(file) on a temp file in the same folder, then rename it over `path` (atomic on POSIX
+    and Windows): a crash at any moment leaves either the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.Tensor, cfg: TrainConfig,
+                    history: History):
+    state = {
+        "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": {"data": data_rng, "torch": torch.get_rng_state(), "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "model_config": model.cfg.to_dict(), "train_config": asdict(cfg), "history": history.to_dict(),
+    }
+    atomic_write(path, lambda f: torch.save(state, f))
+    save_history(path.with_name("history.json"), history)
+
+
+def save_history(path: Path, history: History):
+    atomic_write(path, lambda f: f.write(json.dumps(history.to_dict()).encode()))
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise RuntimeError(f"cannot read the checkpoint {path} ({e}); delete it to start over") from e
+
+
+def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainConfig) -> History:
+    if ckpt["model_config"] != model.cfg.to_dict():
+        diff = {k: (v, model.cfg.to_dict().get(k)) for k, v in ckpt["model_config"].items()
+                if model.cfg.to_dict().get(k) != v}
+        raise ValueError(f"the checkpoint was trained with another model config, {{field: (checkpoint, "
+                         f"yours)}} = {diff}; build the model with the checkpoint's config")
+    old = TrainConfig(**ckpt["train_config"])
+    changed = [f for f in _MATH_FIELDS if getattr(old, f) != getattr(cfg, f)]
+    if changed:
+        warnings.warn("resuming with a changed " + ", ".join(f"{f} ({getattr(old, f)} -> {getattr(cfg, f)})"
+                                                             for f in changed)
+                      + ": the run will not match an uninterrupted one", stacklevel=4)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    if scaler.is_enabled() and ckpt["scaler"]:
+        scaler.load_state_dict(ckpt["scaler"])
+    gen.set_state(ckpt["rng"]["data"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    random.setstate(ckpt["rng"]["python"])
+    if ckpt["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    return History.from_dict(ckpt["history"])
+
+
+class _DeferCtrlC:
+    """First Ctrl-C: finish the current step, then checkpoint and stop. A second one stops at once."""
+
+    def __init__(self):
+        self.requested, self.old = False, None
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write("Ctrl-C: finishing this step, then writing a checkpoint (press again to stop at once)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+
+
+# -- the loop ------------------------------------------------------------------------------------------
+def train(model, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig, out_dir=None,
+          resume: bool = False, callback=None, progress: bool = True, info: dict | None = None) -> History:
+    """Train `model` on the token stream `train_data` (1-d ids), evaluating on `val_data`.
+
+    callback(step, model, history) runs every cfg.callback_every steps, in eval mode without gradients,
+    and may return a dict of numbers to store in history.metrics. With out_dir: checkpoints, history.json
+    and the final model in out_dir/model (see the module docstring); resume=True continues from
+    out_dir/checkpoint.pt. Raises TrainingDiverged on a non-finite loss, keeping the last checkpoint.
+    Ctrl-C (SIGINT) lets the current step finish, writes a checkpoint, then raises KeyboardInterrupt.
+    """
+    with _DeferCtrlC() as ctrl_c:  # from the start: a Ctrl-C during setup also stops cleanly after a step
+        return _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, ctrl_c)
+
+
+def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, ctrl_c) -> History:
+    device = pick_device(cfg.device)
+    amp_dtype, use_scaler = pick_precision(cfg.precision, device)
+    check_length(train_data, cfg.seq_len, "training")
+    check_length(val_data, cfg.seq_len, "validation")
+    top = int(max(train_data.max(), val_data.max()))
+    if top >= model.cfg.vocab_size:
+        raise ValueError(f"the data has token id {top} but the model's vocab_size is {model.cfg.vocab_size}; "
+                         "build the model with the tokenizer's vocabulary size")
+    model.to(device).train()
+    opt = make_optimizer(model, cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    versions = {"python": sys.version.split()[0], "torch": str(torch.__version__)}
+    history, start = History(info={**(info or {}), **versions}), 0
+    out_dir = Path(out_dir) if out_dir is not None else None
+    ckpt_path = out_dir / "checkpoint.pt" if out_dir is not None else None
+    if ckpt_path is not None and ckpt_path.exists():
+        if not resume:
+            raise FileExistsError(f"{out_dir} already has a checkpoint; pass resume=True (--resume) to "
+                                  "continue it, or choose another output folder")
+        ckpt = load_checkpoint(ckpt_path)
+        history, start = _restore(ckpt, model, opt, scaler, gen, cfg), ckpt["step"]
+        tqdm.write(f"resuming {out_dir} at step {start}/{cfg.steps}")
+    elif resume:
+        tqdm.write(f"no checkpoint in {out_dir}; starting from step 0")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    fwd = torch.compile(model) if cfg.compile else model
+    autocast = (lambda: torch.autocast(device.type, amp_dtype)) if amp_dtype else nullcontext
+    tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum
+    done = {"step": start, "data_rng": gen.get_state()}  # the last completed step: what a checkpoint saves
+
+    def checkpoint():
+        if ckpt_path is not None:
+            save_checkpoint(ckpt_path, model, opt, scaler, done["step"], done["data_rng"], cfg, history)
+
+    def due(every: int, step: int) -> bool:
+        return step == cfg.steps or (every > 0 and step % every == 0)
+
+    pbar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            lr = lr_at(step, cfg)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            t0, loss_sum = time.perf_counter(), 0.0
+            for _ in range(cfg.grad_accum):
+                x, y = sample_batch(train_data, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
+                with autocast():
+                    loss = _loss(fwd(x.to(device)), y.to(device))
+                scaler.scale(loss / cfg.grad_accum).backward()
+                loss_sum += loss.item()
+            loss = loss_sum / cfg.grad_accum
+            scaler.unscale_(opt)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf).item()
+            if not math.isfinite(loss) or not (math.isfinite(grad_norm) or use_scaler):
+                what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+                kept = (f"the last good checkpoint ({ckpt_path}, step {ckpt_step(ckpt_path)}) was kept"
+                        if ckpt_path is not None and ckpt_path.exists() else "no checkpoint was written")
+                history.info["stopped"] = f"non-finite {what} at step {step}"
+                if out_dir is not None:
+                    save_history(out_dir / "history.json", history)
+                err = TrainingDiverged(f"training stopped: {what} at step {step}; {kept}. Try a lower lr, "
+                                       "a smaller grad_clip, more warmup or precision='fp32' (resuming with "
+                                       "the same config would diverge again).")
+                err.history = history
+                raise err
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            done.update(step=step, data_rng=gen.get_state())
+            tok_s = tokens_per_step / (time.perf_counter() - t0)
+
+            if is_spike(loss, history.loss, cfg):
+                history.spikes.append(step)
+            for name, value in (("step", step), ("lr", lr), ("loss", loss), ("grad_norm", grad_norm),
+                                ("tokens_per_s", tok_s)):
+                getattr(history, name).append(value)
+            if due(cfg.eval_every, step):
+                history.eval_step.append(step)
+                history.val_loss.append(evaluate(model, val_data, cfg.seq_len, cfg.batch_size, cfg.bos_id,
+                                                 cfg.eval_batches, amp_dtype))
+            if callback is not None and due(cfg.callback_every or cfg.eval_every, step):
+                model.eval()
+                with torch.no_grad():
+                    metrics = callback(step, model, history)
+                model.train()
+                if metrics:
+                    history.metrics.append({"step": step, **metrics})
+            if step < cfg.steps and due(cfg.ckpt_every, step):
+                checkpoint()
+            pbar.update(1)
+            val = f"{history.val_loss[-1]:.3f}" if history.val_loss else "-"
+            pbar.set_postfix(loss=f"{loss:.3f}", val=val, tok_s=f"{tok_s:,.0f}", refresh=False)
+            if ctrl_c.requested:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        checkpoint()
+        where = f"checkpoint {ckpt_path}" if ckpt_path is not None else "nothing (no out_dir was given)"
+        tqdm.write(f"interrupted after step {done['step']}: saved {where}; continue with resume=True "
+                   "(--resume)")
+        raise
+    finally:
+        pbar.close()
+
+    checkpoint()
+    if out_dir is not None:
+        from . import save_pretrained
+
+        save_pretrained(model, out_dir / "model")
+    return history
+
+
+def ckpt_step(path) -> int:
+    """The step a checkpoint file was written at."""
+    return load_checkpoint(Path(path))["step"]
+
+
+# -- presets -------------------------------------------------------------------------------------------
+@dataclass
+class Preset:
+    about: str  # what it is for and how long it takes
+    corpus: str  # a corpus name for data.load_documents
+    model: dict  # ModelConfig fields (the gate is chosen separately, see model_config)
+    train: TrainConfig
+
+
+PRESETS: dict[str, Preset] = {
+    # ~0.37M parameters; 300 steps x 2k tokens; about a minute on 2 CPU cores (data loading included)
+    "ci": Preset(
+        about="tests and CI: 2 CPU cores, about a minute per model",
+        corpus="wikitext-2",
+        model=dict(vocab_size=4096, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=192,
+                   max_seq_len=128),
+        train=TrainConfig(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=30, eval_every=100,
+                          eval_batches=10, ckpt_every=100)),
+    # ~6.2M parameters; 3000 steps x 8k tokens in fp16; sized for at most ~15 minutes on a free Colab T4
+    "t4": Preset(
+        about="a free Colab T4 (fp16 autocast): at most ~15 minutes per model",
+        corpus="python-stdlib+wikitext-2",
+        model=dict(vocab_size=4096, d_model=256, n_layers=6, n_heads=8, n_kv_heads=8, head_dim=32, d_ff=768,
+                   max_seq_len=256),
+        train=TrainConfig(steps=3000, batch_size=32, seq_len=256, lr=2e-3, warmup_steps=200, eval_every=250,
+                          eval_batches=20, ckpt_every=250)),
+    # ~1.8M parameters; a placeholder until the research issue tunes it; long, so resumable (--resume)
+    "research": Preset(
+        about="the course's shipped checkpoints (tuned by the research issue); spans sessions with --resume",
+        corpus="python-stdlib+wikitext-2",
+        model=dict(vocab_size=4096, d_model=128, n_layers=6, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
+                   max_seq_len=256),
+        train=TrainConfig(steps=6000, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=300, eval_every=250,
+                          eval_batches=20, ckpt_every=250)),
+}
+GATES = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
+         "elementwise": dict(gate="G1", gate_granularity="elementwise")}
+
+
+def model_config(preset: str, gate: str = "none") -> ModelConfig:
+    """The ModelConfig of a preset with a gate: "none" (baseline), "headwise" or "elementwise" (G1)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    if gate not in GATES:
+        raise ValueError(f"unknown gate {gate!r}; choose from {sorted(GATES)}")
+    return ModelConfig(**PRESETS[preset].model, **GATES[gate])

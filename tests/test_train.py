@@ -1,0 +1,189 @@
+"""The training loop: schedule, bitwise resume, non-finite loss, atomic checkpoints, bf16, callbacks."""
+
+import math
+
+import pytest
+import torch
+
+from minigate import ModelConfig, Transformer
+from minigate import train as T
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64)
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**{**TINY, **kw}))
+
+
+def _data(n=3000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 64, (n,), generator=g), torch.randint(1, 64, (500,), generator=g)
+
+
+def _cfg(**kw):
+    base = dict(steps=6, batch_size=4, seq_len=16, warmup_steps=2, lr=1e-2, eval_every=3, eval_batches=2,
+                ckpt_every=0, device="cpu")
+    return T.TrainConfig(**{**base, **kw})
+
+
+def test_lr_schedule_warmup_then_cosine_to_min():
+    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
+    lrs = [T.lr_at(s, cfg) for s in range(1, 101)]
+    assert lrs[:10] == pytest.approx([s / 10 for s in range(1, 11)])  # linear warmup
+    assert max(lrs) == lrs[9] == pytest.approx(1.0)  # peak at the last warmup step
+    assert lrs[-1] == pytest.approx(0.1)  # down to min_lr at the last step
+    assert all(a > b for a, b in zip(lrs[9:], lrs[10:]))  # strictly decreasing after warmup
+    assert T.lr_at(55, cfg) == pytest.approx(0.55)  # halfway through the cosine: halfway between
+    assert T.lr_at(10 + 90 // 4, cfg) > 0.55 + 0.45 / 2  # cosine, not linear: above the line early on
+
+
+def _params_equal(a, b):
+    return all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def _stop_at(step, exc):
+    def callback(s, model, history):
+        if s == step:
+            raise exc
+    return callback
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how):
+    tr, va = _data()
+    cfg = _cfg(grad_accum=2, callback_every=1, ckpt_every=2)
+    straight = _model(gate="G1", gate_granularity="headwise")
+    h1 = T.train(straight, tr, va, cfg, progress=False)
+
+    interrupted = _model(gate="G1", gate_granularity="headwise")
+    if how == "ctrl-c":  # KeyboardInterrupt after step 3: a checkpoint of step 3 is written
+        with pytest.raises(KeyboardInterrupt):
+            T.train(interrupted, tr, va, cfg, out_dir=tmp_path, callback=_stop_at(3, KeyboardInterrupt()),
+                    progress=False)
+        assert T.ckpt_step(tmp_path / "checkpoint.pt") == 3
+    else:  # dies during step 5: only the periodic checkpoint of step 4 is there
+        with pytest.raises(RuntimeError, match="power cut"):
+            T.train(interrupted, tr, va, cfg, out_dir=tmp_path,
+                    callback=_stop_at(5, RuntimeError("power cut")), progress=False)
+        assert T.ckpt_step(tmp_path / "checkpoint.pt") == 4
+    resumed = _model(gate="G1", gate_granularity="headwise")
+    torch.manual_seed(123)  # the global RNG is restored from the checkpoint too
+    h2 = T.train(resumed, tr, va, cfg, out_dir=tmp_path, resume=True, progress=False)
+    assert _params_equal(straight, resumed)
+    assert h2.step == h1.step and h2.loss == h1.loss and h2.val_loss == h1.val_loss
+    assert not _params_equal(straight, _model(gate="G1", gate_granularity="headwise"))  # it did train
+
+
+def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path):
+    tr, va = _data()
+    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="another model config"):
+        T.train(_model(d_ff=32), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, resume=True,
+                progress=False)
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    tr, va = _data()
+    model, calls = _model(), {"n": 0}
+
+    def poison(x, hook):  # the 5th training forward (step 5) produces NaN
+        if torch.is_grad_enabled():
+            calls["n"] += 1
+            if calls["n"] == 5:
+                return x * float("nan")
+
+    with model.hooks([("hook_embed", poison)]):
+        with pytest.raises(T.TrainingDiverged, match=r"loss nan at step 5.*checkpoint.*step 4\) was kept"):
+            T.train(model, tr, va, _cfg(steps=8, ckpt_every=2), out_dir=tmp_path, progress=False)
+    ckpt = T.load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the bad step was never applied
+    assert not (tmp_path / "model").exists()  # no final model from a failed run
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    tr, va = _data()
+    real_save, calls = torch.save, {"n": 0}
+
+    def crash_on_second_save(obj, f):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_save(obj, f)
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash_on_second_save)
+    with pytest.raises(OSError, match="disk full"):
+        T.train(_model(), tr, va, _cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
+    assert calls["n"] == 2
+    assert T.load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the previous one is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "history.json"]  # no temp files
+
+
+def test_bf16_autocast_runs_on_cpu():
+    tr, va = _data()
+    model, dtypes = _model(gate="G1", gate_granularity="elementwise"), set()
+    with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
+        h = T.train(model, tr, va, _cfg(steps=3, precision="bf16"), progress=False)
+    assert dtypes == {torch.bfloat16}  # autocast really was on
+    assert all(math.isfinite(x) for x in h.loss + h.val_loss)
+    assert next(model.parameters()).dtype == torch.float32  # master weights stay fp32
+    with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
+        T.train(_model(), tr, va, _cfg(precision="fp16"), progress=False)
+
+
+def test_callback_metrics_history_and_loss_goes_down():
+    tr = torch.arange(4000) % 7 + 1  # a periodic stream: easy to learn
+    seen = []
+
+    def callback(step, model, history):
+        seen.append((model.training, torch.is_grad_enabled()))
+        return {"double": 2 * step}
+
+    h = T.train(_model(), tr, tr[:500], _cfg(steps=30, warmup_steps=3, eval_every=10, callback_every=15),
+                callback=callback, progress=False)
+    assert h.metric("double") == ([15, 30], [30, 60]) and seen == [(False, False)] * 2
+    assert h.step == list(range(1, 31)) and h.eval_step == [10, 20, 30]
+    assert len(h.lr) == len(h.grad_norm) == len(h.tokens_per_s) == 30 and min(h.tokens_per_s) > 0
+    assert h.val_loss[-1] < 0.5 * h.val_loss[0]
+    assert T.History.from_dict(h.to_dict()) == h
+
+
+def test_spike_rule():
+    cfg = T.TrainConfig(spike_factor=1.5, spike_window=4)
+    assert T.is_spike(6.1, [4.0] * 4, cfg) and not T.is_spike(5.9, [4.0] * 4, cfg)
+    assert not T.is_spike(100.0, [4.0] * 3, cfg)  # not before a full window
+
+
+def test_bad_inputs_have_clear_errors():
+    tr, va = _data()
+    with pytest.raises(ValueError, match="token id 99.*vocab_size is 64"):
+        T.train(_model(), torch.cat([tr, torch.tensor([99])]), va, _cfg(), progress=False)
+    with pytest.raises(ValueError, match="validation corpus has 10 tokens"):
+        T.train(_model(), tr, va[:10], _cfg(), progress=False)
+    with pytest.raises(ValueError, match="warmup_steps=10: must be >= 0 and less than steps=10"):
+        T.TrainConfig(steps=10, warmup_steps=10)
+
+
+def test_presets_build_for_every_gate():
+    from minigate.cli import PRESET_NAMES
+
+    assert set(T.PRESETS) == set(PRESET_NAMES)
+    for name, p in T.PRESETS.items():
+        for gate in ("none", "headwise", "elementwise"):
+            cfg = T.model_config(name, gate)
+            assert cfg.vocab_size == 4096 and cfg.max_seq_len >= p.train.seq_len
+            assert (cfg.gate == "none") == (gate == "none")
+
+
+def test_weight_decay_only_on_linear_matrices():
+    model = _model()
+    opt = T.make_optimizer(model, T.TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert "blocks.0.attn.q_proj.weight" in decayed and "blocks.1.mlp.down_proj.weight" in decayed
+    assert not any("norm" in n or n.startswith("embed") for n in decayed)
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(names)

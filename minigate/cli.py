@@ -1,0 +1,168 @@
+"""The `minigate` command: train a preset, evaluate a trained model.
+
+    minigate train --preset ci --gate headwise --out runs/ci-headwise     # Ctrl-C: resumable checkpoint
+    minigate train --preset ci --gate headwise --out runs/ci-headwise --resume
+    minigate eval runs/ci-headwise                                        # validation loss, perplexity
+
+A run folder holds checkpoint.pt, history.json, run.json (preset, gate, corpus, configs) and model/,
+the final model: config.json + model.safetensors (open with minigate.from_pretrained), plus copies
+of tokenizer.json and run.json so the folder is self-contained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+PRESET_NAMES = ("ci", "t4", "research")  # kept in sync with train.PRESETS (checked in the tests)
+
+
+def _tokens(corpus: str, tokenizer_path):
+    from . import data
+
+    tok = data.load_tokenizer(tokenizer_path)
+    train_docs, val_docs = data.load_documents(corpus)
+    return tok, data.encode(train_docs, tok), data.encode(val_docs, tok)
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from . import Transformer, data
+    from .train import PRESETS, TrainConfig, TrainingDiverged, model_config, train
+
+    preset, out = PRESETS[args.preset], Path(args.out)
+    cfg = preset.train
+    run_file = out / "run.json"
+    if args.resume and run_file.exists():  # continue with exactly the settings the run started with
+        run = json.loads(run_file.read_text())
+        if (run["preset"], run["gate"]) != (args.preset, args.gate):
+            raise SystemExit(f"error: {out} holds a run of --preset {run['preset']} --gate {run['gate']}, "
+                             f"not --preset {args.preset} --gate {args.gate}")
+        cfg = TrainConfig(**run["train"])
+    if args.steps is not None:  # a shorter run keeps its warmup within the first 10% of the steps
+        cfg = dataclasses.replace(cfg, steps=args.steps, warmup_steps=min(cfg.warmup_steps, args.steps // 10))
+    if args.device or args.precision:
+        cfg = dataclasses.replace(cfg, device=args.device or cfg.device,
+                                  precision=args.precision or cfg.precision)
+    if (out / "checkpoint.pt").exists() and not args.resume:
+        raise SystemExit(f"error: {out} already has a checkpoint; add --resume to continue it, "
+                         "or pick another --out")
+
+    tokenizer = Path(args.tokenizer) if args.tokenizer else data.DEFAULT_TOKENIZER
+    _, train_ids, val_ids = _tokens(preset.corpus, tokenizer)
+    torch.manual_seed(cfg.seed)  # the model's initial weights
+    model = Transformer(model_config(args.preset, args.gate))
+    info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus, tokenizer=str(tokenizer),
+                train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
+    if "python-stdlib" in preset.corpus:
+        info["python_stdlib"] = data.stdlib_info()
+    out.mkdir(parents=True, exist_ok=True)
+    run = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
+    run_file.write_text(json.dumps(run, indent=2))
+    print(f"{args.preset} / {args.gate}: {model.num_params() / 1e6:.2f}M parameters, "
+          f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
+          f"{cfg.steps} steps -> {out}", flush=True)
+    try:
+        history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
+                        progress=not args.quiet)
+    except KeyboardInterrupt:
+        print("stopped; continue with: "
+              f"minigate train --preset {args.preset} --gate {args.gate} --out {out} --resume")
+        return 130
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    shutil.copyfile(tokenizer, out / "model" / "tokenizer.json")
+    shutil.copyfile(run_file, out / "model" / "run.json")
+    val = history.val_loss[-1]
+    print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
+          f"spikes. Open with minigate.from_pretrained({str(out / 'model')!r})")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    import torch
+
+    from . import data, from_pretrained
+    from .train import evaluate
+
+    folder = Path(args.dir)
+    if (folder / "model" / "config.json").exists():
+        folder = folder / "model"  # a run folder: evaluate its final model
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"error: {args.dir} holds no model (no config.json, nor model/config.json); "
+                         "pass a folder written by `minigate train` or minigate.save_pretrained")
+    run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
+    corpus = args.corpus or run.get("corpus", "wikitext-2")
+    seq_len = args.seq_len or run.get("train", {}).get("seq_len", 128)
+    bos_id = run.get("train", {}).get("bos_id", 0)
+    tokenizer = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
+    model = from_pretrained(folder)
+    tok = data.load_tokenizer(tokenizer)
+    if tok.get_vocab_size() > model.cfg.vocab_size:
+        raise SystemExit(f"error: tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
+                         f"{model.cfg.vocab_size}; is this the tokenizer the model was trained with?")
+    val_ids = data.encode(data.load_documents(corpus)[1], tok)
+    with torch.inference_mode():
+        loss = evaluate(model, val_ids, seq_len, args.batch_size, bos_id)
+    n = (val_ids.numel() // seq_len) * seq_len
+    print(f"{folder}: validation loss {loss:.4f}, perplexity {math.exp(loss):.2f} "
+          f"({corpus} held-out split, {n:,} tokens in windows of {seq_len})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="minigate",
+                                 description="Train and evaluate tiny gated-attention models.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train a preset model",
+                       description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
+    t.add_argument("--preset", required=True, choices=PRESET_NAMES,
+                   help="ci: 2 CPU cores, ~1 min; t4: Colab T4, <=15 min; research: the shipped checkpoints")
+    t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
+                   help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
+    t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    t.add_argument("--steps", type=int, help="override the preset's number of steps")
+    t.add_argument("--device", help="cpu, cuda, mps (default: the best available)")
+    t.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), help="default: auto")
+    t.add_argument("--tokenizer", help="tokenizer.json (default: data/tokenizer.json)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    e = sub.add_parser("eval", help="validation loss and perplexity of a trained model")
+    e.add_argument("dir", help="a run folder (from minigate train) or a model folder")
+    e.add_argument("--corpus", help="default: the corpus it was trained on (run.json), else wikitext-2")
+    e.add_argument("--seq-len", type=int, help="default: the training seq_len (run.json), else 128")
+    e.add_argument("--batch-size", type=int, default=16)
+    e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "train" and args.steps is not None and args.steps < 1:
+        raise SystemExit("error: --steps must be at least 1")
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from .data import DataUnavailableError
+
+    try:
+        return cmd_train(args) if args.cmd == "train" else cmd_eval(args)
+    except (DataUnavailableError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before training started: nothing to save
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

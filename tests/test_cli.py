@@ -1,0 +1,80 @@
+"""The `minigate` command: train writes a model that from_pretrained opens, eval, resume, Ctrl-C."""
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import minigate
+from minigate import data
+from minigate.cli import main
+from minigate.train import ckpt_step, evaluate
+
+ARGS = ["--preset", "ci", "--gate", "headwise", "--quiet", "--threads", "1"]
+
+
+def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *ARGS, "--out", str(out), "--steps", "4"]) == 0
+    files = {p.name for p in (out / "model").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "run.json"} <= files
+    history = json.loads((out / "history.json").read_text())
+    run = json.loads((out / "run.json").read_text())
+    assert history["step"] == [1, 2, 3, 4] and run["corpus"] == "wikitext-2" and run["train"]["steps"] == 4
+
+    model = minigate.from_pretrained(out / "model")
+    assert model.cfg.gate == "G1" and model.cfg.gate_granularity == "headwise"
+    tok = data.load_tokenizer(out / "model" / "tokenizer.json")
+    val = data.encode(data.load_documents("wikitext-2")[1], tok)
+    cfg = run["train"]
+    loss = evaluate(model, val, cfg["seq_len"], cfg["batch_size"], cfg["bos_id"], cfg["eval_batches"])
+    assert loss == pytest.approx(history["val_loss"][-1], rel=1e-6)
+
+    capsys.readouterr()
+    assert main(["eval", str(out), "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    full = evaluate(model, val, cfg["seq_len"], 16, 0)  # eval scores the whole held-out split
+    m = re.search(r"validation loss ([\d.]+), perplexity ([\d.]+)", printed)
+    assert float(m[1]) == pytest.approx(full, abs=1e-4)
+    assert float(m[2]) == pytest.approx(math.exp(full), rel=1e-3)
+
+    with pytest.raises(SystemExit, match="already has a checkpoint; add --resume"):
+        main(["train", *ARGS, "--out", str(out), "--steps", "4"])
+    with pytest.warns(UserWarning, match="steps"):  # extending a finished run: it says the schedule changed
+        assert main(["train", *ARGS, "--out", str(out), "--steps", "5", "--resume"]) == 0
+    assert json.loads((out / "history.json").read_text())["step"] == [1, 2, 3, 4, 5]
+    with pytest.raises(SystemExit, match="--gate headwise, not --preset ci --gate none"):
+        main(["train", "--preset", "ci", "--gate", "none", "--out", str(out), "--resume", "--quiet"])
+
+
+def test_command_line_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--preset", "huge", "--gate", "none", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="holds no model"):
+        main(["eval", str(tmp_path)])
+
+
+def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "minigate.cli", "train", *ARGS, "--out", str(out), "--steps", "500"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:  # wait until training starts
+        if "->" in line:
+            break
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stdout and "Traceback" not in stderr
+    assert 1 <= ckpt_step(out / "checkpoint.pt") < 500
+    assert not (out / "model").exists()
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["train_config"]["steps"] == 500

@@ -1,0 +1,117 @@
+"""Training throughput (tokens/s) on CPU for the `ci` preset's sizes and batches:
+
+    minigate train() baseline / G1 headwise / G1 elementwise   the real loop (AdamW, schedule, clipping,
+                                                                 history, progress bookkeeping)
+    minigate baseline, plain loop                               the same model in a bare PyTorch loop
+    transformers Qwen3ForCausalLM, plain loop                   Qwen3Config with the same sizes
+
+Contenders take turns (rounds of --steps steps each, round-robin) so they share the machine's
+noise; each step's time runs from sampling the batch to the end of the optimizer step, as in
+train()'s own tokens/s. The first step of every round is dropped. Reports medians and ratios.
+
+    python -m minigate.bench train [--threads 2] [--rounds 5] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from minigate import Transformer
+from minigate.data import sample_batch
+from minigate.train import PRESETS, _loss, lr_at, make_optimizer, model_config, train
+
+
+def qwen3_twin(cfg):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_seq_len, attn_implementation="sdpa"))
+
+
+def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
+    """A bare loop doing the same work per step as train(): AdamW with the schedule, clipping."""
+    model.train()
+    opt = make_optimizer(model, cfg, torch.device("cpu"))
+    rates = []
+    for step in range(1, cfg.steps + 1):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        t0 = time.perf_counter()
+        x, y = sample_batch(tokens, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
+        loss = _loss(logits_of(model, x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rates.append(cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0))
+    return rates
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m minigate.bench train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5, help="turns per contender")
+    ap.add_argument("--steps", type=int, default=10, help="training steps per turn")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    preset = PRESETS["ci"]
+    cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9,
+                              eval_batches=1, ckpt_every=0, device="cpu", precision="fp32")
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, 4096, (200_000,), generator=gen)
+    val = tokens[: cfg.seq_len * cfg.batch_size]
+
+    def minigate_train(gate):
+        torch.manual_seed(0)
+        model = Transformer(model_config("ci", gate))
+        return lambda: train(model, tokens, val, cfg, progress=False).tokens_per_s
+
+    def plain(model, logits_of):
+        return lambda: plain_loop(model, logits_of, tokens, cfg, gen)
+
+    torch.manual_seed(0)
+    contenders = {
+        "minigate train() baseline": minigate_train("none"),
+        "minigate train() G1 headwise": minigate_train("headwise"),
+        "minigate train() G1 elementwise": minigate_train("elementwise"),
+        "minigate baseline, plain loop": plain(Transformer(model_config("ci", "none")), lambda m, x: m(x)),
+        "transformers Qwen3, plain loop": plain(qwen3_twin(model_config("ci", "none")),
+                                                lambda m, x: m(input_ids=x).logits),
+    }
+    for run in contenders.values():  # warm-up turn: first-call costs (imports, allocator) out of the way
+        run()
+    rates = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, run in contenders.items():
+            rates[name] += run()[1:]
+    med = {name: statistics.median(r) for name, r in rates.items()}
+
+    m = model_config("ci")
+    n = len(rates["minigate train() baseline"])
+    print(f"training tokens/s on CPU, {args.threads} threads, ci preset: batch {cfg.batch_size} x "
+          f"{cfg.seq_len}, d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; median of {n} "
+          f"steps per contender ({args.rounds} interleaved rounds of {args.steps})")
+    base = med["minigate train() baseline"]
+    for name, r in med.items():
+        print(f"  {name:34s} {r:9,.0f} tok/s  {1000 * cfg.batch_size * cfg.seq_len / r:7.1f} ms/step  "
+              f"{r / base:5.3f}x minigate baseline")
+    print(f"minigate train() / transformers plain loop: {base / med['transformers Qwen3, plain loop']:.3f}x "
+          "(>1: minigate's loop is faster)")
+    print("train() loop overhead vs a plain loop, same model: "
+          f"{med['minigate baseline, plain loop'] / base:.3f}x")
+    for g in ("headwise", "elementwise"):
+        print(f"gated / baseline, G1 {g}: {med[f'minigate train() G1 {g}'] / base:.3f}x tokens/s")
+    return med
+
+
+if __name__ == "__main__":
+    main()

@@ -70,20 +70,20 @@ def main(argv=None):
     tokens = torch.randint(1, 4096, (200_000,), generator=gen)
     val = tokens[: cfg.seq_len * cfg.batch_size]
 
-    def minigate_train(gate):
-        torch.manual_seed(0)
-        model = Transformer(model_config("ci", gate))
+    def minigate_train(model):
         return lambda: train(model, tokens, val, cfg, progress=False).tokens_per_s
 
     def plain(model, logits_of):
         return lambda: plain_loop(model, logits_of, tokens, cfg, gen)
 
     torch.manual_seed(0)
+    models = {gate: Transformer(model_config("ci", gate)) for gate in ("none", "headwise", "elementwise")}
     contenders = {
-        "minigate train() baseline": minigate_train("none"),
-        "minigate train() G1 headwise": minigate_train("headwise"),
-        "minigate train() G1 elementwise": minigate_train("elementwise"),
-        "minigate baseline, plain loop": plain(Transformer(model_config("ci", "none")), lambda m, x: m(x)),
+        "minigate train() baseline": minigate_train(models["none"]),
+        "minigate train() G1 headwise": minigate_train(models["headwise"]),
+        "minigate train() G1 elementwise": minigate_train(models["elementwise"]),
+        # the very same model object as train() baseline, so only the loop differs
+        "minigate baseline, plain loop": plain(models["none"], lambda m, x: m(x)),
         "transformers Qwen3, plain loop": plain(qwen3_twin(model_config("ci", "none")),
                                                 lambda m, x: m(input_ids=x).logits),
     }

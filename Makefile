@@ -24,6 +24,7 @@ lab: install
 	$(BIN)/jupyter lab lessons/
 
 test: install
+	$(BIN)/ruff check minigate tests
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/pytest tests/ $(wildcard lessons/*.ipynb solutions/*.ipynb) $(NBVAL)
 
 bench: install

@@ -105,11 +105,8 @@ class ModelConfig:
     @classmethod
     def from_hf_config(cls, d: dict) -> "ModelConfig":
         """Read an official (or minigate-written) config.json dict."""
-        if d.get("attention_bias") or d.get("qkv_bias"):
-            # the released configs disagree on this key; the authors say no bias is used
-            import warnings
-
-            warnings.warn("config.json asks for q/k/v biases; minigate has none (the paper's models use none)")
+        # attention_bias / qkv_bias are ignored: the released configs disagree on them, the authors say no
+        # bias is used, and a checkpoint that does hold bias tensors fails to load with their names.
         try:
             kw = dict(
                 vocab_size=d["vocab_size"], d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],

@@ -17,13 +17,13 @@ Hooks are removed when the call returns, also when the forward raises.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterable, Union
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
-HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
-NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+HookFn = Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]
+NameFilter = str | Iterable[str] | Callable[[str], bool] | None
 
 
 class HookPoint(nn.Module):

@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from .config import ModelConfig
 from .model import Transformer
@@ -50,15 +49,20 @@ def to_official_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return {_rename(k, True): v for k, v in model.state_dict().items()}
 
 
-def _atomic_write(path: Path, write):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+def atomic_write(path: str | os.PathLike, write):
+    """Call write(file) on a temp file in the same folder, then rename it over `path` (atomic on POSIX
+    and Windows): a crash at any moment leaves either the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write(tmp)
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_pretrained(model: Transformer, path: str | os.PathLike) -> Path:
@@ -66,9 +70,8 @@ def save_pretrained(model: Transformer, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_official_state_dict(model).items()}
-    _atomic_write(path / "model.safetensors", lambda f: save_file(tensors, f, metadata={"format": "pt"}))
-    cfg = json.dumps(model.cfg.to_hf_config(), indent=2)
-    _atomic_write(path / "config.json", lambda f: Path(f).write_text(cfg))
+    atomic_write(path / "model.safetensors", lambda f: f.write(save(tensors, metadata={"format": "pt"})))
+    atomic_write(path / "config.json", lambda f: f.write(json.dumps(model.cfg.to_hf_config(), indent=2).encode()))
     return path
 
 

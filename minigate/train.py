@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import sys
@@ -41,6 +40,7 @@ from tqdm.auto import tqdm
 
 from .config import ModelConfig
 from .data import check_length, eval_batches, sample_batch
+from .pretrained import atomic_write
 
 
 @dataclass
@@ -188,22 +188,6 @@ def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bo
 
 
 # -- checkpoints ---------------------------------------------------------------------------------------
-def atomic_write(path: Path, write):
-    """Call write(file) on a temp file in the same folder, then rename it over `path` (atomic on POSIX
-    and Windows): a crash at any moment leaves either the old file or the new one, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.Tensor, cfg: TrainConfig,
                     history: History):
     state = {

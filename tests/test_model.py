@@ -82,8 +82,9 @@ def test_cache_names_and_shapes():
     for L in range(2):
         b = f"blocks.{L}."
         expect.update({b + "hook_resid_pre": (B, T, d), b + "hook_attn_out": (B, T, d),
-                       b + "hook_resid_mid": (B, T, d), b + "hook_mlp_out": (B, T, d), b + "hook_resid_post": (B, T, d),
-                       b + "attn.hook_q": (B, H, T, D), b + "attn.hook_k": (B, K, T, D), b + "attn.hook_v": (B, K, T, D),
+                       b + "hook_resid_mid": (B, T, d), b + "hook_mlp_out": (B, T, d),
+                       b + "hook_resid_post": (B, T, d), b + "attn.hook_q": (B, H, T, D),
+                       b + "attn.hook_k": (B, K, T, D), b + "attn.hook_v": (B, K, T, D),
                        b + "attn.hook_pattern": (B, H, T, T), b + "attn.hook_z": (B, T, H, D),
                        b + "attn.hook_gate_logits": (B, T, H, D), b + "attn.hook_gate": (B, T, H, D),
                        b + "attn.hook_z_gated": (B, T, H, D)})

@@ -33,13 +33,13 @@ def test_lr_schedule_warmup_then_cosine_to_min():
     assert lrs[:10] == pytest.approx([s / 10 for s in range(1, 11)])  # linear warmup
     assert max(lrs) == lrs[9] == pytest.approx(1.0)  # peak at the last warmup step
     assert lrs[-1] == pytest.approx(0.1)  # down to min_lr at the last step
-    assert all(a > b for a, b in zip(lrs[9:], lrs[10:]))  # strictly decreasing after warmup
+    assert all(a > b for a, b in zip(lrs[9:], lrs[10:], strict=False))  # strictly decreasing after warmup
     assert T.lr_at(55, cfg) == pytest.approx(0.55)  # halfway through the cosine: halfway between
     assert T.lr_at(10 + 90 // 4, cfg) > 0.55 + 0.45 / 2  # cosine, not linear: above the line early on
 
 
 def _params_equal(a, b):
-    return all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    return all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=False))
 
 
 def _stop_at(step, exc):

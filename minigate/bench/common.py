@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def interleaved_medians(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 2) -> dict[str, float]:

@@ -104,3 +104,15 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
         model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_resid_post"), record)])
         offset += batch.shape[0]
     return ActivationStats(max_abs=best, where=where)
+
+
+def sink_tracker(tokens: torch.Tensor, batch_size: int = 16):
+    """A `train()` callback that records F-Attn, sink rate and M-Act on fixed `tokens` (batch, pos),
+    so you can watch the sink form: history.metric("f_attn") -> (steps, values)."""
+
+    def callback(step, model, history) -> dict:
+        sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
+        return {"f_attn": sink.f_attn, "sink_rate": sink.sink_rate, "max_head_share": sink.share.max().item(),
+                "m_act": act.m_act, "max_act": act.peak, "share_per_layer": sink.per_layer.tolist()}
+
+    return callback

@@ -33,7 +33,8 @@ def _tokens(corpus: str, tokenizer_path):
 def cmd_train(args) -> int:
     import torch
 
-    from . import Transformer, data
+    from . import ModelConfig, Transformer, data
+    from .analysis import sink_tracker
     from .train import PRESETS, TrainConfig, TrainingDiverged, model_config, train
 
     preset, out = PRESETS[args.preset], Path(args.out)
@@ -45,6 +46,18 @@ def cmd_train(args) -> int:
             raise SystemExit(f"error: {out} holds a run of --preset {run['preset']} --gate {run['gate']}, "
                              f"not --preset {args.preset} --gate {args.gate}")
         cfg = TrainConfig(**run["train"])
+    model_cfg = model_config(args.preset, args.gate)
+    if args.resume and run_file.exists():
+        model_cfg = ModelConfig.from_dict(run["model"])
+    overrides = dict(_parse_set(s) for s in args.set or [])
+    for name, value in overrides.items():  # --set FIELD=VALUE: a ModelConfig or TrainConfig field
+        if hasattr(model_cfg, name):
+            model_cfg = dataclasses.replace(model_cfg, **{name: _coerce(getattr(model_cfg, name), value, name)})
+        elif hasattr(cfg, name):
+            cfg = dataclasses.replace(cfg, **{name: _coerce(getattr(cfg, name), value, name)})
+        else:
+            raise ValueError(f"--set {name}=...: no such ModelConfig or TrainConfig field; ModelConfig has "
+                             f"{sorted(model_cfg.to_dict())}, TrainConfig has {sorted(dataclasses.asdict(cfg))}")
     if args.steps is not None:  # a shorter run keeps its warmup within the first 10% of the steps
         cfg = dataclasses.replace(cfg, steps=args.steps, warmup_steps=min(cfg.warmup_steps, args.steps // 10))
     if args.device or args.precision:
@@ -57,7 +70,7 @@ def cmd_train(args) -> int:
     tokenizer = Path(args.tokenizer) if args.tokenizer else data.DEFAULT_TOKENIZER
     _, train_ids, val_ids = _tokens(preset.corpus, tokenizer)
     torch.manual_seed(cfg.seed)  # the model's initial weights
-    model = Transformer(model_config(args.preset, args.gate))
+    model = Transformer(model_cfg)
     info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus, tokenizer=str(tokenizer),
                 train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
     if "python-stdlib" in preset.corpus:
@@ -69,8 +82,9 @@ def cmd_train(args) -> int:
           f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
           f"{cfg.steps} steps -> {out}", flush=True)
     try:
+        probe = data.eval_batches(val_ids, 8, cfg.seq_len, cfg.bos_id, 1)  # 8 held-out windows, <bos> first
         history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
-                        progress=not args.quiet)
+                        progress=not args.quiet, callback=sink_tracker(next(iter(probe))[0]))
     except KeyboardInterrupt:
         print("stopped; continue with: "
               f"minigate train --preset {args.preset} --gate {args.gate} --out {out} --resume")
@@ -84,6 +98,28 @@ def cmd_train(args) -> int:
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
           f"spikes. Open with minigate.from_pretrained({str(out / 'model')!r})")
     return 0
+
+
+def _parse_set(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise ValueError(f"--set {text!r}: write FIELD=VALUE, e.g. --set lr=0.01 or --set qk_norm=false")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def _coerce(default, value: str, name: str):
+    """Turn the text of --set into the type of the field's current value."""
+    if isinstance(default, bool):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"--set {name}={value}: expected true or false")
+        return value.lower() in ("true", "1")
+    if isinstance(default, tuple):
+        return tuple(float(v) for v in value.split(","))
+    try:
+        return type(default)(value)
+    except ValueError:
+        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
+        raise ValueError(f"--set {name}={value}: expected {kind}") from None
 
 
 def cmd_eval(args) -> int:
@@ -130,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     t.add_argument("--steps", type=int, help="override the preset's number of steps")
+    t.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="override a ModelConfig or TrainConfig field, e.g. --set lr=0.01 --set qk_norm=false "
+                        "(repeatable; recorded in run.json and reused by --resume)")
     t.add_argument("--device", help="cpu, cuda, mps (default: the best available)")
     t.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), help="default: auto")
     t.add_argument("--tokenizer", help="tokenizer.json (default: data/tokenizer.json)")

@@ -78,3 +78,25 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
     assert 1 <= ckpt_step(out / "checkpoint.pt") < 500
     assert not (out / "model").exists()
     assert torch.load(out / "checkpoint.pt", weights_only=True)["train_config"]["steps"] == 500
+
+
+def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *ARGS, "--out", str(out), "--steps", "2", "--set", "lr=0.01", "--set", "qk_norm=false",
+            "--set", "eval_every=1"]
+    assert main(argv) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["train"]["lr"] == 0.01 and run["model"]["qk_norm"] is False
+    assert minigate.from_pretrained(out / "model").cfg.qk_norm is False
+    metrics = json.loads((out / "history.json").read_text())["metrics"]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert 0 < metrics[-1]["f_attn"] <= 1 and metrics[-1]["m_act"] > 0 and len(metrics[-1]["share_per_layer"]) == 2
+    # resuming rebuilds the model from run.json, overrides included
+    with pytest.warns(UserWarning, match="steps"):
+        assert main(["train", *ARGS, "--out", str(out), "--steps", "3", "--resume"]) == 0
+    assert json.loads((out / "run.json").read_text())["model"]["qk_norm"] is False
+    for bad, msg in [("lr", "FIELD=VALUE"), ("nope=1", "no such ModelConfig or TrainConfig field"),
+                     ("qk_norm=maybe", "true or false"), ("n_layers=two", "expected an integer")]:
+        capsys.readouterr()
+        assert main(["train", *ARGS, "--out", str(tmp_path / "x"), "--set", bad]) == 2
+        assert msg in capsys.readouterr().err

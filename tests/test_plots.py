@@ -1,0 +1,61 @@
+"""Figures build from real results and carry their labels (no display needed)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from minigate import ModelConfig, Transformer, plots  # noqa: E402
+from minigate.analysis import attention_sink, massive_activations  # noqa: E402
+from minigate.train import History  # noqa: E402
+
+TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+TOKENS = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def models():
+    torch.manual_seed(0)
+    return {"baseline": Transformer(ModelConfig(**TINY)),
+            "headwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))}
+
+
+def test_first_token_share_and_massive_activation_figures():
+    ms = models()
+    fig = plots.first_token_share({k: attention_sink(m, TOKENS) for k, m in ms.items()})
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "layer" and "first token" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0].startswith("baseline: F-Attn") and labels[1].startswith("headwise: F-Attn")
+    line = ax.get_lines()[0]  # the baseline's per-layer curve is the measured one
+    assert list(line.get_ydata()) == pytest.approx(attention_sink(ms["baseline"], TOKENS).per_layer.tolist())
+    fig = plots.massive_activations({k: massive_activations(m, TOKENS) for k, m in ms.items()})
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_attention_maps_one_panel_per_pattern():
+    _, cache = models()["baseline"].run_with_cache(TOKENS[:1], names_filter=lambda n: n.endswith("hook_pattern"))
+    patterns = {f"layer {L}": cache[f"blocks.{L}.attn.hook_pattern"][0] for L in range(2)}
+    fig = plots.attention_maps(patterns, tokens=[str(t) for t in TOKENS[0].tolist()])
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert len(panels) == 2 and panels[0].get_title().startswith("layer 0")
+    img = panels[1].get_images()[0].get_array()
+    assert img.shape == (16, 16)
+    assert torch.allclose(torch.tensor(img.data), patterns["layer 1"].mean(0), atol=1e-6)
+
+
+def test_loss_curves_and_training_metric():
+    h = History(step=list(range(1, 41)), loss=[5 - 0.05 * i for i in range(40)], eval_step=[20, 40],
+                val_loss=[4.5, 3.5], spikes=[10], metrics=[{"step": 20, "f_attn": 0.1}, {"step": 40, "f_attn": 0.3}])
+    fig = plots.loss_curves({"baseline": h}, smooth=5)
+    ax = fig.axes[0]
+    assert ax.get_ylabel().startswith("loss") and len(ax.get_lines()) == 3  # train, validation, one spike line
+    fig = plots.training_metric({"baseline": h}, "f_attn")
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == [0.1, 0.3]

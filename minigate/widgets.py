@@ -1,0 +1,100 @@
+"""Interactive explorers for the lessons (ipywidgets), drawn with minigate.plots.
+
+    widgets.attention_explorer({"baseline": base, "headwise": gated}, tokenizer)
+
+Each explorer is a VBox of controls above a picture. The picture is a PNG (an `Image` widget), so it
+re-renders fast, and the explorer's static rendering (a notebook viewed without a live kernel, e.g.
+on GitHub) is that same PNG instead of an empty widget area.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import ipywidgets as W
+import matplotlib.pyplot as plt
+import torch
+
+from . import plots
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+class Explorer(W.VBox):
+    """Controls + a picture redrawn by `draw(**values)` (which returns a Figure) whenever a control changes."""
+
+    def __init__(self, name: str, controls: dict, draw):
+        self.name, self.controls, self.draw = name, controls, draw
+        self.image = W.Image(format="png")
+        self.status = W.HTML()
+        super().__init__([W.HBox(list(controls.values())), self.image, self.status])
+        for c in controls.values():
+            c.observe(lambda change: self.refresh(), names="value")
+        self.refresh()
+
+    @property
+    def values(self) -> dict:
+        return {k: c.value for k, c in self.controls.items()}
+
+    def refresh(self):
+        try:
+            self.image.value = _png(self.draw(**self.values))
+            self.status.value = ""
+        except ValueError as e:  # e.g. an empty prompt: say so under the last good picture
+            self.status.value = f"<span style='color:#b00'>{e}</span>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.values.items() if not isinstance(v, str) or len(v) < 40)
+        bundle["text/plain"] = f"<{self.name}: {settings}>"  # stable text (no object addresses) for nbval
+        bundle["image/png"] = base64.b64encode(bytes(self.image.value)).decode()  # seen where widgets cannot run
+        return bundle
+
+
+def _as_dict(models) -> dict:
+    return models if isinstance(models, dict) else {"model": models}
+
+
+def prompt_tokens(tokenizer, text: str, max_len: int | None = None) -> tuple[torch.Tensor, list[str]]:
+    """(ids (1, pos), token strings) for a prompt; <bos> first when the tokenizer has one."""
+    if not text.strip():
+        raise ValueError("the prompt is empty: type some text")
+    ids = tokenizer.encode(text)
+    if tokenizer.bos_id is not None:
+        ids = [tokenizer.bos_id] + ids
+    ids = ids[:max_len] if max_len else ids
+    labels = ["<bos>" if i == tokenizer.bos_id else tokenizer.decode([i]) for i in ids]
+    return torch.tensor([ids]), labels
+
+
+@torch.no_grad()
+def attention_explorer(models, tokenizer, prompt: str = "The cat sat on the mat because it was warm.",
+                       layer: int = 0, head="mean") -> Explorer:
+    """Attention pattern of one layer and head (or the head average) for a prompt you type."""
+    models = _as_dict(models)
+    first = next(iter(models.values()))
+    n_layers, n_heads = first.cfg.n_layers, first.cfg.n_heads
+    controls = {
+        "model": W.Dropdown(options=list(models), description="model"),
+        "layer": W.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer"),
+        "head": W.Dropdown(options=["mean", *range(n_heads)], value=head, description="head"),
+        "prompt": W.Text(value=prompt, description="prompt", continuous_update=False,
+                         layout=W.Layout(width="420px")),
+    }
+
+    def draw(model, layer, head, prompt):
+        m = models[model]
+        ids, labels = prompt_tokens(tokenizer, prompt, m.cfg.max_seq_len)
+        name = f"blocks.{layer}.attn.hook_pattern"
+        _, cache = m.run_with_cache(ids.to(next(m.parameters()).device), names_filter=name)
+        label = f"{model}, layer {layer}, " + ("mean of heads" if head == "mean" else f"head {head}")
+        return plots.attention_maps({label: cache[name][0]}, tokens=labels, head=head, title="")
+
+    return Explorer("attention explorer", controls, draw)

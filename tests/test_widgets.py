@@ -1,0 +1,53 @@
+"""Explorers build and update on a tiny model without a display; their static rendering is a PNG."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from minigate import ModelConfig, Transformer, widgets  # noqa: E402
+from minigate.data import get_tokenizer  # noqa: E402
+
+PNG = b"\x89PNG"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=4096, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+    models = {"baseline": Transformer(cfg := ModelConfig(**cfg)),
+              "headwise": Transformer(ModelConfig(**{**cfg.to_dict(), "gate": "G1", "gate_granularity": "headwise"}))}
+    return models, get_tokenizer()
+
+
+def test_attention_explorer_updates_and_renders_statically(setup):
+    models, tok = setup
+    ex = widgets.attention_explorer(models, tok, prompt="Hello world, hello again.")
+    first = bytes(ex.image.value)
+    assert first.startswith(PNG)
+    ex.controls["layer"].value = 1
+    assert bytes(ex.image.value).startswith(PNG) and bytes(ex.image.value) != first
+    ex.controls["head"].value = 2
+    ex.controls["model"].value = "headwise"
+    bundle = ex._repr_mimebundle_()
+    assert bundle["text/plain"] == ("<attention explorer: model='headwise', layer=1, head=2, "
+                                    "prompt='Hello world, hello again.'>")
+    assert bundle["image/png"] and "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_empty_prompt_keeps_the_picture_and_says_why(setup):
+    models, tok = setup
+    ex = widgets.attention_explorer(models, tok)
+    before = bytes(ex.image.value)
+    ex.controls["prompt"].value = "   "
+    assert bytes(ex.image.value) == before and "empty" in ex.status.value
+    ex.controls["prompt"].value = "back again"
+    assert ex.status.value == "" and bytes(ex.image.value) != before
+
+
+def test_prompt_tokens_puts_bos_first(setup):
+    _, tok = setup
+    ids, labels = widgets.prompt_tokens(tok, "a b c")
+    assert ids[0, 0].item() == tok.bos_id and labels[0] == "<bos>" and len(labels) == ids.shape[1]
+    assert tok.decode(ids[0, 1:].tolist()) == "a b c"

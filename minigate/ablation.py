@@ -1,0 +1,466 @@
+"""Gate-clamping ablations: perplexity when the attention gates (or, as controls, other parts of the
+model) are overridden, with bootstrap error bars, and an engine that runs many conditions at once.
+
+    from minigate import ablation as ab
+    c = ab.chunks(val_tokens, n_chunks=50, chunk_len=256, model=model)  # (50, 257): [bos, 256 tokens] each
+    ab.perplexity(model, c)                                             # the learned gates
+    ab.perplexity(model, c, ab.set_gates(model, 0.116))                 # every gate fixed at 0.116
+    results = ab.sweep(model, c, ab.published_conditions(model, c))     # {name: Perplexity}, batched
+
+What the published write-ups did (1B headwise model, WikiText-2, 50 chunks of 512 tokens): PPL 12.39
+with the learned gates; every gate fixed at 0.116 (about their mean): 277; all forced to 1: ~251,000;
+all forced to 0: ~304,000; the best constant, 0.15: 112; only layer 0 forced open: ~148,000. One
+number each, no error bars, no controls. Here every perplexity comes with a bootstrap interval over
+chunks, and the controls ask the question those numbers cannot: is the gate special, or does *any*
+co-trained part of the network break when it is pinned to a constant?
+
+Overrides are hook lists. Every factory below (`set_gates`, `force_layer`, `close_head`,
+`mean_gates`, the controls) returns `[(hook_name, fn), ...]`, usable with `model.hooks(...)`,
+`model.run_with_hooks` or `perplexity(..., fwd_hooks)`. Their `fn`s are `Edit`s: hook functions
+that are also plain data (an op, a value, a head), which is what lets `sweep` batch them.
+
+Gate values are gate *scores*, after the activation: for the paper's sigmoid G1 gate, 1 = open (the
+head's output passes unchanged, as in a model without a gate) and 0 = closed (the head is silenced).
+
+Controls (the same kind of intervention on a part that is not a gate), each on a layer's attention
+output (`blocks.L.hook_attn_out`, after the gate and o_proj) or MLP output (`blocks.L.hook_mlp_out`):
+    scale_output  multiply by a constant. "Matching magnitude": `matched_scale` gives the factor by
+                  which forcing that layer's gates to a value changes the RMS of its attention output,
+                  so "gates open" and "output scaled up as much, gates still input-dependent" compare.
+    mean_output   replace by its mean vector over all chunks and positions: the input-independent
+                  constant closest (in squared error) to the real outputs, as `mean_gates` is for gates.
+    fixed_norm    rescale each position's output vector to the mean L2 norm measured on the chunks:
+                  the direction (content) stays, the input-dependent magnitude is pinned, which is
+                  what a clamped gate does to a head's output.
+Measured constants (means, norms) always come from the unmodified model on the chunks being scored.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange, reduce
+from tqdm.auto import tqdm
+
+SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
+COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
+
+
+# -- chunks and perplexity -------------------------------------------------------------------------------
+def chunks(tokens: torch.Tensor, n_chunks: int = 50, chunk_len: int = 512, bos_id: int = 0,
+           model=None) -> torch.Tensor:
+    """The first n_chunks non-overlapping windows of chunk_len tokens of a 1-d token stream, as a
+    (n_chunks, chunk_len + 1) tensor: row i = [bos, window i]. The model reads row[:-1] and is scored
+    on predicting row[1:], so every one of the chunk_len tokens is scored (as data.eval_batches does).
+    Pass `model` to check chunk_len against the context it was trained for."""
+    if tokens.dim() != 1:
+        raise ValueError(f"tokens must be one 1-d tensor of ids (data.encode gives one), got shape "
+                         f"{tuple(tokens.shape)}")
+    if n_chunks < 1 or chunk_len < 1:
+        raise ValueError(f"n_chunks={n_chunks}, chunk_len={chunk_len}: both must be at least 1")
+    if n_chunks * chunk_len > tokens.numel():
+        raise ValueError(f"the corpus has {tokens.numel()} tokens, too few for {n_chunks} chunks of {chunk_len}; "
+                         f"use n_chunks <= {tokens.numel() // chunk_len} or a shorter chunk_len")
+    if model is not None:
+        _check_context(model, chunk_len)
+    windows = rearrange(tokens[: n_chunks * chunk_len], "(n l) -> n l", n=n_chunks)
+    return torch.cat([torch.full((n_chunks, 1), bos_id, dtype=windows.dtype), windows], dim=1)
+
+
+def _check_context(model, chunk_len: int):
+    n = model.cfg.max_seq_len
+    if chunk_len > n:
+        raise ValueError(f"chunk_len={chunk_len} is longer than the model's context: it was trained for "
+                         f"max_seq_len={n} tokens (RoPE runs past that, but the perplexity would then measure "
+                         f"extrapolation too); use chunk_len <= {n}")
+
+
+def _check_chunks(model, chunks: torch.Tensor):
+    if chunks.dim() != 2 or chunks.shape[0] == 0 or chunks.shape[1] < 2:
+        raise ValueError(f"chunks must be a (n_chunks, chunk_len + 1) tensor from ablation.chunks(), got shape "
+                         f"{tuple(chunks.shape)}")
+    _check_context(model, chunks.shape[1] - 1)
+
+
+@dataclass
+class Perplexity:
+    """Perplexity over chunks: exp(mean next-token loss), all chunks weighing the same (equal lengths)."""
+
+    ppl: float
+    chunk_losses: torch.Tensor  # (n_chunks,) float64: mean next-token loss (nats) of each chunk
+    ci: tuple[float, float] | None  # bootstrap interval of ppl, resampling whole chunks (None if ci=False)
+    n_tokens: int  # tokens scored: n_chunks * chunk_len
+
+    @property
+    def loss(self) -> float:
+        return self.chunk_losses.mean().item()
+
+    def __repr__(self):
+        ci = f" [{self.ci[0]:.4g}, {self.ci[1]:.4g}]" if self.ci else ""
+        return f"Perplexity({self.ppl:.4g}{ci}, {len(self.chunk_losses)} chunks, {self.n_tokens} tokens)"
+
+
+def _ppl_ci(chunk_losses: torch.Tensor, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of exp(mean loss): resample the chunks with replacement n_boot
+    times. Chunks, not tokens, are the unit: tokens inside a chunk are far from independent."""
+    n = len(chunk_losses)
+    idx = torch.randint(0, n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+    means = reduce(chunk_losses.double()[idx], "boot n -> boot", "mean")
+    lo, hi = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return math.exp(lo.item()), math.exp(hi.item())
+
+
+def _result(chunk_losses: torch.Tensor, chunk_len: int, ci: bool, n_boot: int) -> Perplexity:
+    return Perplexity(ppl=math.exp(chunk_losses.mean().item()), chunk_losses=chunk_losses,
+                      ci=_ppl_ci(chunk_losses, n_boot) if ci else None,
+                      n_tokens=len(chunk_losses) * chunk_len)
+
+
+def _losses(model, rows: torch.Tensor) -> torch.Tensor:
+    """rows (batch, chunk_len + 1) -> (batch,) mean next-token loss of each row, float64."""
+    device = next(model.parameters()).device
+    x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
+    logits = model(x).float()
+    loss = F.cross_entropy(rearrange(logits, "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"), reduction="none")
+    return reduce(loss, "(b t) -> b", "mean", b=rows.shape[0]).double().cpu()
+
+
+@torch.no_grad()
+def _looped_losses(model, chunks: torch.Tensor, fwd_hooks, batch_size: int, bar=None) -> torch.Tensor:
+    out = []
+    with model.hooks(fwd_hooks):
+        for i in range(0, chunks.shape[0], batch_size):
+            out.append(_losses(model, chunks[i: i + batch_size]))
+            if bar is not None:
+                bar.update(out[-1].numel())
+    return torch.cat(out)
+
+
+@contextmanager
+def _eval_mode(model):
+    """Evaluation mode inside, the caller's mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def perplexity(model, chunks: torch.Tensor, fwd_hooks: Iterable[tuple] = (), ci: bool = True,
+               n_boot: int = 1000, batch_size: int = 16) -> Perplexity:
+    """Perplexity of the model on the chunks (from `chunks()`), with `fwd_hooks` attached (any hook
+    list, e.g. `set_gates(model, 0.1)`). Batched over chunks, no gradients."""
+    _check_chunks(model, chunks)
+    with _eval_mode(model):
+        losses = _looped_losses(model, chunks, list(fwd_hooks), batch_size)
+    return _result(losses, chunks.shape[1] - 1, ci, n_boot)
+
+
+# -- overrides as data -----------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Edit:
+    """A hook function that is also data: what to do to the activation at one hook point.
+
+        op="set"    x[:, :, head] = value  (head=None: all of x). value: a number, or a tensor that
+                    broadcasts against what it replaces (e.g. a mean per head, or per head and dim)
+        op="scale"  x * value
+        op="norm"   each position's vector (last dim) rescaled to L2 norm `value`
+
+    An Edit treats every batch row on its own, so applying it to rows i..j of a batch gives those rows
+    exactly what applying it to the whole batch gives: that is what lets `sweep` stack conditions.
+    """
+
+    op: str
+    value: float | torch.Tensor
+    head: int | None = None
+
+    def __post_init__(self):
+        if self.op not in ("set", "scale", "norm"):
+            raise ValueError(f"Edit op={self.op!r}; allowed: 'set', 'scale', 'norm'")
+
+    def __call__(self, x: torch.Tensor, hook=None) -> torch.Tensor:
+        return self.apply(x)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        value = torch.as_tensor(self.value, dtype=x.dtype, device=x.device)
+        if self.op == "scale":
+            return x * value
+        if self.op == "norm":
+            return x * (value / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+        out = x.clone()
+        if self.head is None:
+            out[...] = value
+        else:
+            out[:, :, self.head] = value  # gate tensors are (batch, pos, head[, d_head])
+        return out
+
+
+def _gate_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_gate"
+
+
+def _check_gated(model):
+    if model.cfg.gate == "none":
+        raise ValueError("this model has no attention gate (cfg.gate='none'); gate overrides need a gated model "
+                         "such as ModelConfig(gate='G1'); the controls (scale_output, mean_output, fixed_norm) "
+                         "work on any model")
+
+
+def _check_layer(model, layer) -> int:
+    n = model.cfg.n_layers
+    if not _is_index(layer, n):
+        raise ValueError(f"layer {layer!r} is out of range: the model has {n} layers, use 0..{n - 1}")
+    return int(layer)
+
+
+def _is_index(i, n: int) -> bool:
+    return isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < n
+
+
+def _layers(model, layers) -> list[int]:
+    return list(range(model.cfg.n_layers)) if layers is None else [_check_layer(model, L) for L in layers]
+
+
+def _n_gate_heads(model) -> int:
+    cfg = model.cfg
+    if cfg.gate == "G5":
+        raise ValueError("G5 gates act on o_proj's output, which has no heads; use set_gates or force_layer")
+    return cfg.n_kv_heads if cfg.gate in ("G2", "G3") else cfg.n_heads
+
+
+def _check_component(component: str) -> str:
+    if component not in COMPONENTS:
+        raise ValueError(f"component={component!r}; use 'attn' (hook_attn_out) or 'mlp' (hook_mlp_out)")
+    return COMPONENTS[component]
+
+
+def set_gates(model, value: float, layers: Iterable[int] | None = None) -> list[tuple[str, Edit]]:
+    """Every gate (of every layer, or of `layers`) fixed at `value`."""
+    _check_gated(model)
+    return [(_gate_name(L), Edit("set", float(value))) for L in _layers(model, layers)]
+
+
+def force_layer(model, layer: int, value: float) -> list[tuple[str, Edit]]:
+    """One layer's gates forced to `value` (1.0 = open, 0.0 = closed); the other layers keep theirs."""
+    return set_gates(model, value, [layer])
+
+
+def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[str, Edit]]:
+    """One head's gate forced to `value` (default 0: closed), for headwise and elementwise gates alike
+    (an elementwise head has all its dimensions set)."""
+    _check_gated(model)
+    _check_layer(model, layer)
+    n = _n_gate_heads(model)
+    if not _is_index(head, n):
+        raise ValueError(f"head {head!r} is out of range: the gate has {n} heads per layer, use 0..{n - 1}")
+    return [(_gate_name(layer), Edit("set", float(value), head=int(head)))]
+
+
+def custom_gates(model, fn: Callable, layers: Iterable[int] | None = None) -> list[tuple[str, Callable]]:
+    """Any function of the gate: fn(gate, hook) -> new gate, on every layer (or `layers`). `sweep` runs
+    such conditions one by one (it can only batch Edits)."""
+    _check_gated(model)
+    return [(_gate_name(L), fn) for L in _layers(model, layers)]
+
+
+# -- measured constants: means and norms on the unmodified model -------------------------------------------
+@dataclass
+class Moments:
+    """An activation's statistics over all chunks and positions."""
+
+    mean: torch.Tensor  # the mean, over (chunk, position), of the activation: shape = its trailing dims
+    mean_norm: float  # mean L2 norm over the last dim (meaningful for (.., d_model) outputs)
+    rms: float  # sqrt(mean of squares) over every element
+
+
+@torch.no_grad()
+def measure(model, chunks: torch.Tensor, names: Iterable[str] | None = None, fwd_hooks: Iterable[tuple] = (),
+            batch_size: int = 16) -> dict[str, Moments]:
+    """Moments of the activations at hook points `names` (default: every gate, attention output and
+    MLP output) on the chunks, in one pass, without keeping the activations."""
+    _check_chunks(model, chunks)
+    if names is None:
+        names = [n for n in model.hook_dict if n.endswith(("hook_gate", "hook_attn_out", "hook_mlp_out"))]
+    sums = defaultdict(lambda: [0.0, 0.0, 0.0, 0])  # sum of x, sum of norms, sum of squares, count
+
+    def accumulate(x, hook):
+        s, x = sums[hook.name], x.double()
+        s[0] = s[0] + reduce(x, "b t ... -> ...", "sum")
+        s[1] += x.norm(dim=-1).sum().item()
+        s[2] += x.pow(2).sum().item()
+        s[3] += x.shape[0] * x.shape[1]
+
+    with _eval_mode(model):
+        _looped_losses(model, chunks, list(fwd_hooks) + [(n, accumulate) for n in names], batch_size)
+    return {n: Moments(mean=(s[0] / s[3]).float(), mean_norm=s[1] / s[3],
+                       rms=math.sqrt(s[2] / (s[3] * (s[0].numel() if torch.is_tensor(s[0]) else 1))))
+            for n, s in sums.items()}
+
+
+def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
+               stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
+    """The learned gate replaced by its mean: the input-independent control. The mean is taken on the
+    unmodified model over the same chunks, over every chunk and position (the <bos> position included),
+    separately for each layer and head, and for each head dimension of elementwise gates; so what is
+    removed is exactly the gate's dependence on the input, not its average level. (A single global mean
+    is what the published 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
+    _check_gated(model)
+    stats = stats or measure(model, chunks, [_gate_name(L) for L in _layers(model, layers)])
+    return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in _layers(model, layers)]
+
+
+# -- controls: the same kinds of intervention on parts that are not gates ---------------------------------
+def scale_output(model, layer: int, scale: float, component: str = "attn") -> list[tuple[str, Edit]]:
+    """A layer's attention (or MLP) output multiplied by a constant; see `matched_scale`."""
+    return [(f"blocks.{_check_layer(model, layer)}.{_check_component(component)}", Edit("scale", float(scale)))]
+
+
+def matched_scale(model, chunks: torch.Tensor, layer: int, value: float = 1.0, batch_size: int = 16) -> float:
+    """The factor by which forcing `layer`'s gates to `value` changes the RMS of that layer's attention
+    output, measured on the chunks: scale_output(model, layer, matched_scale(...)) changes the output's
+    size as much as the gate override does, but keeps the gate's input dependence."""
+    name = f"blocks.{_check_layer(model, layer)}.hook_attn_out"
+    learned = measure(model, chunks, [name], batch_size=batch_size)[name].rms
+    forced = measure(model, chunks, [name], force_layer(model, layer, value), batch_size)[name].rms
+    return forced / learned
+
+
+def mean_output(model, chunks: torch.Tensor, layer: int, component: str = "attn",
+                stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
+    """A layer's attention (or MLP) output replaced at every position by its mean vector over the chunks."""
+    name = f"blocks.{_check_layer(model, layer)}.{_check_component(component)}"
+    stats = stats or measure(model, chunks, [name])
+    return [(name, Edit("set", stats[name].mean))]
+
+
+def fixed_norm(model, chunks: torch.Tensor, layer: int, component: str = "attn",
+               stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
+    """A layer's attention (or MLP) output rescaled, at every position, to its mean L2 norm on the chunks."""
+    name = f"blocks.{_check_layer(model, layer)}.{_check_component(component)}"
+    stats = stats or measure(model, chunks, [name])
+    return [(name, Edit("norm", stats[name].mean_norm))]
+
+
+# -- condition sets ---------------------------------------------------------------------------------------
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def constant_conditions(model, values: Iterable[float] = SWEEP_VALUES) -> dict[str, list]:
+    """{"gates=0.1": set_gates(model, 0.1), ...}: the constant sweep."""
+    return {f"gates={_fmt(v)}": set_gates(model, v) for v in values}
+
+
+def layer_conditions(model, values: dict[str, float] | None = None, layers: Iterable[int] | None = None
+                     ) -> dict[str, list]:
+    """Every layer (or `layers`) on its own forced open and closed: {"L0 open": ..., "L0 closed": ...}."""
+    values = {"open": 1.0, "closed": 0.0} if values is None else values
+    return {f"L{L} {word}": force_layer(model, L, v) for L in _layers(model, layers) for word, v in values.items()}
+
+
+def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[str, list]:
+    """Every head of the first `first_layers` layers (all layers if the model has fewer) closed alone."""
+    return {f"L{L}H{h} closed" if value == 0 else f"L{L}H{h}={_fmt(value)}": close_head(model, L, h, value)
+            for L in range(min(first_layers, model.cfg.n_layers)) for h in range(_n_gate_heads(model))}
+
+
+def published_conditions(model, chunks: torch.Tensor, first_layers: int = 3,
+                         stats: dict[str, Moments] | None = None) -> dict[str, list]:
+    """The published ablation set, plus the mean-gate control: learned gates, gates=mean, the 10-value
+    constant sweep (it holds the global 0, 0.116 and 1 overrides), every layer open and closed, every
+    head of the first three layers closed."""
+    _check_gated(model)
+    return {"learned": [], "gates=mean": mean_gates(model, chunks, stats=stats), **constant_conditions(model),
+            **layer_conditions(model), **head_conditions(model, first_layers)}
+
+
+def control_conditions(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
+                       stats: dict[str, Moments] | None = None) -> dict[str, list]:
+    """Per layer: attention and MLP output replaced by their mean, or pinned to their mean norm; and,
+    on gated models, the attention output scaled as much as forcing the layer's gates open would."""
+    stats = stats or measure(model, chunks)
+    out = {}
+    for L in _layers(model, layers):
+        for comp in COMPONENTS:
+            out[f"L{L} {comp} mean"] = mean_output(model, chunks, L, comp, stats)
+            out[f"L{L} {comp} fixed-norm"] = fixed_norm(model, chunks, L, comp, stats)
+        if model.cfg.gate != "none":
+            out[f"L{L} attn x matched-open"] = scale_output(model, L, matched_scale(model, chunks, L, 1.0))
+    return out
+
+
+# -- sweeps: looped, or batched along the batch dimension --------------------------------------------------
+def _batchable(hooks: list) -> bool:
+    return all(isinstance(name, str) and isinstance(fn, Edit) for name, fn in hooks)
+
+
+def _row_hook(pieces: list[tuple[int, int, Edit]]):
+    """One hook for one hook point of a stacked batch: each Edit acts on its own rows only."""
+
+    def apply_rows(x, hook):
+        out = x.clone()
+        for start, stop, edit in pieces:
+            out[start:stop] = edit.apply(out[start:stop])
+        return out
+
+    return apply_rows
+
+
+@torch.no_grad()
+def _stacked_losses(model, chunks: torch.Tensor, conditions: list[list[tuple[str, Edit]]], max_batch: int,
+                    bar=None) -> torch.Tensor:
+    """(n_conditions, n_chunks) losses. The stacked batch is [chunks under condition 0 | chunks under
+    condition 1 | ...], cut into forward passes of at most max_batch rows; in each pass every hook point
+    gets one hook that applies each condition's Edits to that condition's rows."""
+    n, k = chunks.shape[0], len(conditions)
+    losses = torch.empty(k * n, dtype=torch.float64)
+    for r0 in range(0, k * n, max_batch):
+        r1 = min(r0 + max_batch, k * n)
+        pieces = defaultdict(list)  # hook name -> [(first row, end row, Edit)], rows local to this pass
+        for c in range(r0 // n, (r1 - 1) // n + 1):
+            start, stop = max(c * n, r0) - r0, min((c + 1) * n, r1) - r0
+            for name, edit in conditions[c]:
+                pieces[name].append((start, stop, edit))
+        with model.hooks([(name, _row_hook(p)) for name, p in pieces.items()]):
+            losses[r0:r1] = _losses(model, chunks[torch.arange(r0, r1) % n])
+        if bar is not None:
+            bar.update(r1 - r0)
+    return rearrange(losses, "(k n) -> k n", k=k)
+
+
+def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: bool = True, max_batch: int = 32,
+          ci: bool = True, n_boot: int = 1000, progress: bool = True) -> dict[str, Perplexity]:
+    """Perplexity under each condition (name -> hook list, e.g. from `published_conditions`).
+
+    batched=True: conditions made only of Edits (every factory in this module) are stacked along the
+    batch dimension, max_batch rows per forward pass; the others (custom functions) run one by one.
+    batched=False: one hooked run per condition, max_batch chunks per forward. Both give the same
+    numbers (to float rounding, ~1e-6); batching pays off when one condition's chunks are too few to
+    keep the hardware busy (small models, or a GPU)."""
+    _check_chunks(model, chunks)
+    if not conditions:
+        raise ValueError("no conditions to run; pass e.g. constant_conditions(model)")
+    for name, hooks in conditions.items():
+        if not isinstance(hooks, (list, tuple)) or not all(isinstance(p, tuple) and len(p) == 2 for p in hooks):
+            raise ValueError(f"conditions[{name!r}] must be a list of (hook name, fn) pairs, "
+                             "e.g. set_gates(model, 0.1); [] for the unmodified model")
+    names = list(conditions)
+    stacked = [n for n in names if batched and _batchable(conditions[n])]
+    looped = [n for n in names if n not in stacked]
+    losses = {}
+    with _eval_mode(model), tqdm(total=len(names) * chunks.shape[0], unit="chunk", disable=not progress,
+                                desc="ablation sweep") as bar:
+        if stacked:
+            rows = _stacked_losses(model, chunks, [list(conditions[n]) for n in stacked], max_batch, bar)
+            losses.update(zip(stacked, rows, strict=True))
+        for n in looped:
+            losses[n] = _looped_losses(model, chunks, list(conditions[n]), max_batch, bar)
+    return {n: _result(losses[n], chunks.shape[1] - 1, ci, n_boot) for n in names}

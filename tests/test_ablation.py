@@ -1,0 +1,188 @@
+"""Ablations: chunking, perplexity and its bootstrap interval, gate overrides and controls that touch
+exactly their target, and the batched sweep equal to the looped one."""
+
+import math
+
+import pytest
+import torch
+
+from minigate import ModelConfig, Transformer
+from minigate import ablation as ab
+from minigate.train import evaluate
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=32)
+GRANS = ["headwise", "elementwise"]
+TOKENS = torch.randint(0, 64, (600,), generator=torch.Generator().manual_seed(0))
+
+
+def model_for(gran="headwise", gate="G1", seed=0):
+    """A tiny model with weights large enough that every override visibly moves the loss."""
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(**TINY, gate=gate, gate_granularity=gran)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.25)
+    return model
+
+
+def cached(model, hooks, chunks):
+    """Activations seen *after* the override hooks (hooks attached earlier run first)."""
+    with model.hooks(hooks):
+        _, cache = model.run_with_cache(chunks[:, :-1])
+    return cache
+
+
+def overridden(model, hooks, chunks) -> dict[int, torch.Tensor]:
+    """{layer: (head,) bool} where the gate differs from sigmoid(its own logits): what the hooks touched."""
+    cache = cached(model, hooks, chunks)
+    out = {}
+    for L in range(model.cfg.n_layers):
+        a = f"blocks.{L}.attn."
+        diff = (cache[a + "hook_gate"] - torch.sigmoid(cache[a + "hook_gate_logits"])).abs()
+        touched = diff.flatten(3).amax(dim=(0, 1, 3)) > 1e-6 if diff.dim() == 4 else diff.amax(dim=(0, 1)) > 1e-6
+        if touched.any():
+            out[L] = touched
+    return out
+
+
+# -- chunks and perplexity ----------------------------------------------------------------------------
+def test_chunks_are_bos_plus_consecutive_windows():
+    c = ab.chunks(TOKENS, 5, 16, bos_id=7)
+    assert c.shape == (5, 17) and (c[:, 0] == 7).all()
+    torch.testing.assert_close(c[:, 1:].flatten(), TOKENS[:80])
+
+
+def test_perplexity_is_exp_of_the_training_loops_evaluate():
+    model = model_for()
+    c = ab.chunks(TOKENS, 6, 16)
+    r = ab.perplexity(model, c, batch_size=4)
+    loss = evaluate(model, TOKENS[:96], seq_len=16, batch_size=5)  # the same windows, computed independently
+    assert r.ppl == pytest.approx(math.exp(loss), rel=1e-6)
+    assert r.loss == pytest.approx(loss, rel=1e-6) and r.n_tokens == 96 and r.chunk_losses.shape == (6,)
+
+
+def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_chunks():
+    r = ab.perplexity(model_for(), ab.chunks(TOKENS, 8, 16))
+    assert r.ci[0] < r.ppl < r.ci[1]
+    g = torch.Generator().manual_seed(1)
+    few, many = torch.rand(10, generator=g, dtype=torch.float64), torch.rand(1000, generator=g, dtype=torch.float64)
+    (a, b), (c, d) = ab._ppl_ci(few), ab._ppl_ci(many)
+    assert a < math.exp(few.mean()) < b and c < math.exp(many.mean()) < d
+    assert (d - c) < (b - a) / 4  # ~ 1/sqrt(n): 10x narrower expected
+
+
+# -- overrides touch exactly their target ----------------------------------------------------------------
+@pytest.mark.parametrize("gran", GRANS)
+def test_each_override_touches_exactly_its_layer_and_head(gran):
+    model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
+    assert overridden(model, [], c) == {}
+    assert set(overridden(model, ab.set_gates(model, 0.3), c)) == {0, 1, 2}
+    assert set(overridden(model, ab.set_gates(model, 0.3, layers=[0, 2]), c)) == {0, 2}
+    touched = overridden(model, ab.force_layer(model, 1, 1.0), c)
+    assert set(touched) == {1} and touched[1].all()
+    touched = overridden(model, ab.close_head(model, 1, 2), c)
+    assert set(touched) == {1} and touched[1].tolist() == [False, False, True, False]
+
+
+@pytest.mark.parametrize("gran", GRANS)
+def test_closed_head_silences_that_head_only(gran):
+    model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
+    clean, closed = cached(model, [], c), cached(model, ab.close_head(model, 1, 2), c)
+    z = closed["blocks.1.attn.hook_z_gated"]
+    assert z[:, :, 2].abs().max() == 0 and z[:, :, [0, 1, 3]].abs().min() > 0
+    torch.testing.assert_close(z[:, :, [0, 1, 3]], clean["blocks.1.attn.hook_z_gated"][:, :, [0, 1, 3]])
+    torch.testing.assert_close(closed["blocks.0.hook_attn_out"], clean["blocks.0.hook_attn_out"])  # upstream
+    assert (closed["blocks.2.hook_attn_out"] - clean["blocks.2.hook_attn_out"]).abs().max() > 1e-3  # downstream
+
+
+@pytest.mark.parametrize("gran", GRANS)
+def test_all_gates_forced_open_equals_the_model_without_gate_rows(gran):
+    gated, c = model_for(gran), ab.chunks(TOKENS, 4, 16)
+    plain = Transformer(ModelConfig(**TINY)).eval()
+    state, (H, K, D, d) = gated.state_dict(), (4, 2, 8, 32)
+    for L in range(TINY["n_layers"]):  # drop the gate rows from q_proj (grouped per kv head)
+        w = state[f"blocks.{L}.attn.q_proj.weight"].view(K, -1, d)
+        state[f"blocks.{L}.attn.q_proj.weight"] = w[:, : (H // K) * D].reshape(H * D, d)
+    plain.load_state_dict(state)
+    opened = ab.perplexity(gated, c, ab.set_gates(gated, 1.0), ci=False)
+    torch.testing.assert_close(opened.chunk_losses, ab.perplexity(plain, c, ci=False).chunk_losses)
+    assert abs(ab.perplexity(gated, c, ci=False).loss - opened.loss) > 1e-3  # the learned gate does matter
+
+
+@pytest.mark.parametrize("gran", GRANS)
+def test_mean_gates_are_the_clean_mean_at_every_position(gran):
+    model, c = model_for(gran), ab.chunks(TOKENS, 4, 16)
+    clean = cached(model, [], c)["blocks.1.attn.hook_gate"]
+    gate = cached(model, ab.mean_gates(model, c), c)["blocks.1.attn.hook_gate"]
+    expected = clean.mean(dim=(0, 1))  # (head,) or (head, d_head)
+    torch.testing.assert_close(gate, expected.expand_as(gate), atol=1e-6, rtol=1e-6)
+
+
+def test_controls_change_the_targeted_output_as_documented():
+    model, c = model_for(), ab.chunks(TOKENS, 4, 16)
+    clean = cached(model, [], c)
+    a0, m1 = clean["blocks.0.hook_attn_out"], clean["blocks.1.hook_mlp_out"]
+    torch.testing.assert_close(cached(model, ab.scale_output(model, 0, 3.0), c)["blocks.0.hook_attn_out"], 3 * a0)
+    mean = cached(model, ab.mean_output(model, c, 1, "mlp"), c)["blocks.1.hook_mlp_out"]
+    torch.testing.assert_close(mean, m1.mean(dim=(0, 1)).expand_as(mean), atol=1e-6, rtol=1e-5)
+    fixed = cached(model, ab.fixed_norm(model, c, 1, "mlp"), c)["blocks.1.hook_mlp_out"]
+    torch.testing.assert_close(fixed.norm(dim=-1), torch.full(fixed.shape[:2], m1.norm(dim=-1).mean().item()))
+    torch.testing.assert_close(fixed / fixed.norm(dim=-1, keepdim=True), m1 / m1.norm(dim=-1, keepdim=True))
+    s = ab.matched_scale(model, c, 0, 1.0)  # scaling the output by s matches the RMS of the forced-open output
+    opened = cached(model, ab.force_layer(model, 0, 1.0), c)["blocks.0.hook_attn_out"]
+    assert (s * a0).pow(2).mean().sqrt().item() == pytest.approx(opened.pow(2).mean().sqrt().item(), rel=1e-5)
+    assert s > 1.2  # random-init gates sit near 0.5: opening them enlarges the output
+
+
+# -- the batched sweep ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gran", GRANS)
+def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
+    model, c = model_for(gran), ab.chunks(TOKENS, 5, 16)
+    stats = ab.measure(model, c)
+    conds = {**ab.published_conditions(model, c, first_layers=2, stats=stats),
+             **ab.control_conditions(model, c, layers=[1], stats=stats),
+             "L0H1+L2H3 closed": ab.close_head(model, 0, 1) + ab.close_head(model, 2, 3),  # two edits, two layers
+             "L1 half": ab.custom_gates(model, lambda g, hook: g / 2, layers=[1])}  # not batchable: looped
+    forwards = []
+    count = [("hook_embed", lambda x, hook: forwards.append(x.shape[0]))]
+    with model.hooks(count):
+        batched = ab.sweep(model, c, conds, max_batch=7, progress=False)  # 7 rows: passes straddle conditions
+    n_stacked = len(conds) - 1
+    assert forwards[: math.ceil(n_stacked * 5 / 7)] == [7] * (n_stacked * 5 // 7) + [n_stacked * 5 % 7]
+    with model.hooks(count):
+        looped = ab.sweep(model, c, conds, batched=False, max_batch=7, progress=False)
+    learned = looped["learned"].chunk_losses
+    for name in conds:
+        torch.testing.assert_close(batched[name].chunk_losses, looped[name].chunk_losses, atol=1e-5, rtol=0)
+        assert batched[name].ppl == pytest.approx(looped[name].ppl, rel=1e-5)
+        if name != "learned":
+            assert (looped[name].chunk_losses - learned).abs().max() > 1e-4, name  # every condition does something
+
+
+# -- bad requests -----------------------------------------------------------------------------------------
+def test_bad_requests_name_the_fix():
+    gated, plain = model_for(), model_for(gate="none")
+    c = ab.chunks(TOKENS, 2, 16)
+    for make in (lambda: ab.set_gates(plain, 0.1), lambda: ab.close_head(plain, 0, 0),
+                 lambda: ab.mean_gates(plain, c), lambda: ab.published_conditions(plain, c)):
+        with pytest.raises(ValueError, match="no attention gate.*gate='G1'"):
+            make()
+    assert ab.control_conditions(plain, c, layers=[0])  # the controls need no gate
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match=r"layer .* out of range: the model has 3 layers, use 0\.\.2"):
+            ab.force_layer(gated, bad, 1.0)
+    with pytest.raises(ValueError, match=r"head 4 is out of range.*use 0\.\.3"):
+        ab.close_head(gated, 0, 4)
+    with pytest.raises(ValueError, match="trained for max_seq_len=32.*use chunk_len <= 32"):
+        ab.chunks(TOKENS, 2, 33, model=gated)
+    with pytest.raises(ValueError, match="max_seq_len=32"):
+        ab.perplexity(gated, ab.chunks(TOKENS, 2, 40))
+    with pytest.raises(ValueError, match="600 tokens, too few.*use n_chunks <= 37"):
+        ab.chunks(TOKENS, 50, 16)
+    with pytest.raises(ValueError, match="component='resid'"):
+        ab.scale_output(gated, 0, 2.0, "resid")
+    with pytest.raises(ValueError, match="list of \\(hook name, fn\\) pairs"):
+        ab.sweep(gated, c, {"oops": 0.1})
+    with pytest.raises(ValueError, match="no conditions"):
+        ab.sweep(gated, c, {})

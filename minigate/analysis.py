@@ -4,6 +4,11 @@
   (layer, head); averaged over heads, then layers.
 - Sink rate (Gu et al., 2025): share of (layer, head) pairs whose mean first-token attention > 0.3.
 - M-Act (massive activations): max |residual-stream value| output by each layer.
+- Gate anatomy (gates.py, re-exported here): `gate_scores(model, prompts)` -> GateScores, with the
+  published views: distribution, per layer / head, first token vs rest, per input type, per dimension.
+- Uncertainty (stats.py, re-exported here): `bootstrap_ci` resamples prompts or chunks, never tokens.
+  SinkStats.ci() and every GateScores aggregate (ci=True) use it. M-Act is a maximum, for which a
+  bootstrap interval is unreliable, so it has none.
 """
 
 from __future__ import annotations
@@ -11,6 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .gates import (CLOSED, OPEN, DimensionClasses, FirstVsRest, GateDistribution, GateScores, compare_gates,
+                    gate_scores, gate_scores_by_type)
+from .stats import CI, bootstrap_ci, quantile
+
+__all__ = ["attention_sink", "massive_activations", "sink_tracker", "uniform_first_token_share", "SinkStats",
+           "ActivationStats", "CLOSED", "OPEN", "DimensionClasses", "FirstVsRest", "GateDistribution", "GateScores",
+           "compare_gates", "gate_scores", "gate_scores_by_type", "CI", "bootstrap_ci", "quantile"]
 
 SINK_THRESHOLD = 0.3  # Gu et al.: a head is a sink head when its mean first-token attention exceeds this
 
@@ -30,6 +43,7 @@ def uniform_first_token_share(seq_len: int) -> float:
 @dataclass
 class SinkStats:
     share: torch.Tensor  # (layer, head): mean attention on position 0, over prompts and query positions
+    per_prompt: torch.Tensor | None = None  # (prompt, layer, head): the same for each prompt alone
 
     @property
     def per_layer(self) -> torch.Tensor:  # (layer,)
@@ -48,23 +62,37 @@ class SinkStats:
     def n_sink_heads(self) -> int:
         return int((self.share > SINK_THRESHOLD).sum())
 
+    def ci(self, ci: float = 0.95, **boot) -> dict[str, CI]:
+        """Bootstrap intervals over prompts: {"f_attn": (), "per_layer": (layer,), "sink_rate": ()} CIs."""
+        if self.per_prompt is None:
+            raise ValueError("these SinkStats hold no per-prompt shares; compute them with attention_sink()")
+        p = self.per_prompt  # (prompt, layer, head)
+
+        def sink_rate(x, dim):  # x (..., prompt, layer, head): share of heads whose mean is above threshold
+            return (x.mean(dim) > SINK_THRESHOLD).double().mean((-2, -1))
+
+        return {"f_attn": bootstrap_ci(p.mean((1, 2)), ci=ci, **boot),
+                "per_layer": bootstrap_ci(p.mean(2), ci=ci, **boot),
+                "sink_rate": bootstrap_ci(p, stat=sink_rate, ci=ci, **boot)}
+
 
 @torch.no_grad()
 def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkStats:
     """First-token attention share of every (layer, head) on `tokens` (batch, pos), bos at position 0."""
+    batches = list(_batches(tokens, batch_size))
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    per_prompt = torch.zeros(tokens.shape[0], n_layers, n_heads, dtype=torch.float64)
+    offset = 0
 
     def record(pattern, hook):  # pattern (batch, head, query, key): keep only what we need
         layer = int(hook.name.split(".")[1])
-        total[layer] += pattern[..., 0].double().sum(dim=(0, 2)).cpu()
+        per_prompt[offset:offset + pattern.shape[0], layer] = pattern[..., 0].double().mean(-1).cpu()
 
     device = next(model.parameters()).device
-    n = 0
-    for batch in _batches(tokens, batch_size):
+    for batch in batches:
         model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_pattern"), record)])
-        n += batch.shape[0] * batch.shape[1]
-    return SinkStats(share=(total / n).float())
+        offset += batch.shape[0]
+    return SinkStats(share=per_prompt.mean(0).float(), per_prompt=per_prompt.float())
 
 
 @dataclass

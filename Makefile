@@ -30,6 +30,7 @@ test: install
 bench: install
 	$(BIN)/python -m minigate.bench model
 	$(BIN)/python -m minigate.bench train
+	$(BIN)/python -m minigate.bench ablation
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -49,6 +49,8 @@ import torch.nn.functional as F
 from einops import rearrange, reduce
 from tqdm.auto import tqdm
 
+from .stats import bootstrap_ci
+
 SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
 COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
 
@@ -108,12 +110,9 @@ class Perplexity:
 
 
 def _ppl_ci(chunk_losses: torch.Tensor, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of exp(mean loss): resample the chunks with replacement n_boot
-    times. Chunks, not tokens, are the unit: tokens inside a chunk are far from independent."""
-    n = len(chunk_losses)
-    idx = torch.randint(0, n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
-    means = reduce(chunk_losses.double()[idx], "boot n -> boot", "mean")
-    lo, hi = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    """Bootstrap interval of exp(mean loss), resampling whole chunks: tokens inside a chunk are far from
+    independent, chunks are the unit. exp is monotone, so the interval of the mean loss maps over."""
+    _, lo, hi = bootstrap_ci(chunk_losses, n_boot=n_boot, ci=level, seed=seed)
     return math.exp(lo.item()), math.exp(hi.item())
 
 

@@ -7,6 +7,7 @@ training History) and returns a matplotlib Figure with titles, axis labels and c
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib.pyplot as plt
 import torch
@@ -100,5 +101,166 @@ def training_metric(histories: dict, metric: str = "f_attn", ylabel: str | None 
         ax.plot(steps, values, "o-", color=_color(name, i), label=name)
     ax.set(xlabel="step", ylabel=ylabel or metric, title=title or f"{metric} during training")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# -- gate anatomy (gates.GateScores) ---------------------------------------------------------------------
+def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution of gate scores"):
+    """Histogram of every gate value of each model ({name: GateScores}), mean and median in the legend."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (name, g) in enumerate(scores.items()):
+        d = g.distribution(bins=bins)
+        centers = ((d.edges[:-1] + d.edges[1:]) / 2).tolist()
+        ax.step(centers, d.hist.tolist(), where="mid", color=_color(name, i),
+                label=f"{name}: mean {d.mean:.3f}, median {d.median:.3f}, <0.1: {d.frac_closed:.0%}")
+    ax.set(xlabel="gate score", ylabel="share of gate values", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def gate_head_means(scores: dict, title: str = "Mean gate score per head"):
+    """(layer x head) heatmap of the mean gate, one panel per model ({name: GateScores})."""
+    fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.6), squeeze=False)
+    for ax, (name, g) in zip(axes[0], scores.items(), strict=True):
+        im = ax.imshow(g.head_means().numpy(), cmap="magma", vmin=0, vmax=1, aspect="auto")
+        ax.set(xlabel="head", ylabel="layer", title=name)
+    fig.colorbar(im, ax=axes.ravel().tolist(), label="mean gate score")
+    fig.suptitle(title)
+    return fig
+
+
+def gate_first_vs_rest(scores: dict, title: str = "Gate on the first token vs the others"):
+    """Per-layer mean gate at position 0 (solid) and at all later positions (dashed)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (name, g) in enumerate(scores.items()):
+        fr = g.first_vs_rest(by_layer=True)
+        ax.plot(g.layers, fr.first.tolist(), "o-", color=_color(name, i), label=f"{name}: first token")
+        ax.plot(g.layers, fr.rest.tolist(), "s--", color=_color(name, i), label=f"{name}: other tokens")
+    ax.set(xlabel="layer", ylabel="mean gate score", ylim=(0, 1), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def gate_token_matrix(matrix: torch.Tensor, tokens: list[str] | None = None, layers: list[int] | None = None,
+                      title: str = "Gate score of each token in each layer"):
+    """Heatmap of a (pos, layer) gate matrix (GateScores.token_matrix) for one prompt."""
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * matrix.shape[1] + 3), max(3, 0.22 * matrix.shape[0] + 1)))
+    im = ax.imshow(matrix.numpy(), cmap="magma", vmin=0, vmax=1, aspect="auto")
+    ax.set(xlabel="layer", ylabel="token", title=title)
+    if layers is not None:
+        ax.set_xticks(range(len(layers)), layers)
+    if tokens is not None:
+        ax.set_yticks(range(len(tokens)), [repr(t)[1:-1] for t in tokens], fontsize=7)
+    fig.colorbar(im, ax=ax, label="gate score")
+    fig.tight_layout()
+    return fig
+
+
+def gate_by_type(table: dict, stat: str = "mean", title: str = "Mean gate score by input type"):
+    """Bars of one statistic per row of gates.compare_gates(..., ci=True), with its interval."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = list(table)
+    values = [table[n][stat] for n in names]
+    err = None
+    if all(f"{stat}_low" in table[n] for n in names):
+        err = [[v - table[n][f"{stat}_low"] for n, v in zip(names, values, strict=True)],
+               [table[n][f"{stat}_high"] - v for n, v in zip(names, values, strict=True)]]
+    ax.bar(names, values, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(names))])
+    ax.set(ylabel=stat.replace("_", " "), title=title + (" (95% bootstrap CI)" if err else ""))
+    fig.tight_layout()
+    return fig
+
+
+def gate_layer_quantiles(scores: dict, title: str = "Gate distribution by depth"):
+    """Median per layer with 25-75% and 5-95% bands (GateScores.layer_quantiles)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (name, g) in enumerate(scores.items()):
+        q = g.layer_quantiles((0.05, 0.25, 0.5, 0.75, 0.95))
+        c = _color(name, i)
+        ax.fill_between(g.layers, q[:, 0].tolist(), q[:, 4].tolist(), color=c, alpha=0.12)
+        ax.fill_between(g.layers, q[:, 1].tolist(), q[:, 3].tolist(), color=c, alpha=0.25)
+        ax.plot(g.layers, q[:, 2].tolist(), "o-", color=c, label=f"{name}: median, 25-75%, 5-95%")
+    ax.set(xlabel="layer", ylabel="gate score", ylim=(0, 1), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def gate_dimension_classes(classes, layers: list[int] | None = None,
+                           title: str = "Gate dimensions: always closed, input-dependent, always open"):
+    """Stacked bars per layer of a gates.DimensionClasses."""
+    from .gates import CLASSES
+
+    shares = classes.per_layer  # (layer, 3)
+    x = layers if layers is not None else list(range(shares.shape[0]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom = torch.zeros(shares.shape[0])
+    for j, (name, color) in enumerate(zip(CLASSES, ["black", "tab:orange", "gold"], strict=True)):
+        ax.bar(x, shares[:, j].tolist(), bottom=bottom.tolist(), color=color, label=name.replace("_", " "))
+        bottom += shares[:, j]
+    ax.set(xlabel="layer", ylabel="share of gate dimensions", ylim=(0, 1), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# -- ablations (ablation.sweep results: {condition name: Perplexity}) --------------------------------------
+def _err(results: dict, names: list):
+    if not all(results[n].ci for n in names):
+        return None
+    return [[results[n].ppl - results[n].ci[0] for n in names], [results[n].ci[1] - results[n].ppl for n in names]]
+
+
+def sweep_curve(results: dict, title: str = "All gates fixed to one constant"):
+    """Perplexity (log scale) against the constant, from the "gates=V" entries of a sweep; the
+    "learned" and "gates=mean" entries, when present, as horizontal lines."""
+    names = sorted((n for n in results if re.fullmatch(r"gates=[\d.e-]+", n)), key=lambda n: float(n[6:]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.errorbar([float(n[6:]) for n in names], [results[n].ppl for n in names], yerr=_err(results, names),
+                fmt="o-", capsize=3, label="all gates = constant")
+    for ref, style in (("learned", "g--"), ("gates=mean", "m:")):
+        if ref in results:
+            ax.axhline(results[ref].ppl, color=style[0], ls=style[1:], label=f"{ref}: {results[ref].ppl:.4g}")
+    ax.set(xlabel="gate value", ylabel="perplexity", yscale="log", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def layer_ablation(results: dict, title: str = "One layer's gates forced open or closed"):
+    """Grouped bars (log scale) from the "L{layer} open" / "L{layer} closed" entries of a sweep."""
+    found = [re.fullmatch(r"L(\d+) (open|closed)", n) for n in results]
+    layers = sorted({int(m[1]) for m in found if m})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (word, color) in enumerate((("open", "tab:orange"), ("closed", "tab:purple"))):
+        names = [f"L{L} {word}" for L in layers if f"L{L} {word}" in results]
+        xs = [int(n.split()[0][1:]) + (k - 0.5) * 0.4 for n in names]
+        ax.bar(xs, [results[n].ppl for n in names], width=0.4, yerr=_err(results, names), capsize=2,
+               color=color, label=f"layer forced {word}")
+    if "learned" in results:
+        ax.axhline(results["learned"].ppl, color="g", ls="--", label=f"learned: {results['learned'].ppl:.4g}")
+    ax.set(xlabel="layer", ylabel="perplexity", yscale="log", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def head_ablation(results: dict, title: str = "One head closed at a time: perplexity"):
+    """(layer x head) heatmap from the "L{layer}H{head} closed" entries of a sweep."""
+    found = [(int(m[1]), int(m[2]), n) for n in results if (m := re.fullmatch(r"L(\d+)H(\d+) closed", n))]
+    if not found:
+        raise ValueError("no 'L{layer}H{head} closed' conditions in the results; run ablation.head_conditions")
+    n_layers, n_heads = max(f[0] for f in found) + 1, max(f[1] for f in found) + 1
+    grid = torch.full((n_layers, n_heads), float("nan"))
+    for L, h, n in found:
+        grid[L, h] = results[n].ppl
+    fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(2.5, 0.6 * n_layers + 1.5)))
+    im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto")
+    ax.set(xlabel="head", ylabel="layer", title=title)
+    ax.set_yticks(range(n_layers))
+    fig.colorbar(im, ax=ax, label="perplexity")
     fig.tight_layout()
     return fig

@@ -59,3 +59,57 @@ def test_loss_curves_and_training_metric():
     assert ax.get_ylabel().startswith("loss") and len(ax.get_lines()) == 3  # train, validation, one spike line
     fig = plots.training_metric({"baseline": h}, "f_attn")
     assert list(fig.axes[0].get_lines()[0].get_ydata()) == [0.1, 0.3]
+
+
+def _gated():
+    torch.manual_seed(0)
+    return {"headwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise")),
+            "elementwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="elementwise"))}
+
+
+def test_gate_anatomy_figures():
+    from minigate.gates import compare_gates, gate_scores
+
+    scores = {k: gate_scores(m, TOKENS) for k, m in _gated().items()}
+    fig = plots.gate_distribution(scores)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[0].startswith(f"headwise: mean {scores['headwise'].distribution().mean:.3f}")
+    fig = plots.gate_head_means(scores)
+    img = fig.axes[0].get_images()[0].get_array()
+    assert torch.allclose(torch.tensor(img.data), scores["headwise"].head_means(), atol=1e-6)
+    fig = plots.gate_first_vs_rest(scores)
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == pytest.approx(
+        scores["headwise"].first_vs_rest(by_layer=True).first.tolist())
+    m = scores["elementwise"].token_matrix(0)
+    fig = plots.gate_token_matrix(m, tokens=[str(t) for t in TOKENS[0].tolist()], layers=[0, 1])
+    assert fig.axes[0].get_images()[0].get_array().shape == (16, 2)
+    table = compare_gates(scores, ci=True, n_boot=50)
+    fig = plots.gate_by_type(table)
+    assert [round(p.get_height(), 6) for p in fig.axes[0].patches] == [round(table[k]["mean"], 6) for k in table]
+    assert "CI" in fig.axes[0].get_title()
+    plots.gate_layer_quantiles(scores)
+    fig = plots.gate_dimension_classes(scores["elementwise"].dimension_classes())
+    heights = torch.tensor([p.get_height() for p in fig.axes[0].patches]).view(3, 2)
+    assert torch.allclose(heights.sum(0).float(), torch.ones(2))  # the three classes fill each layer's bar
+
+
+def test_ablation_figures():
+    from minigate import ablation as ab
+
+    model = _gated()["headwise"]
+    c = ab.chunks(torch.randint(0, 50, (400,), generator=torch.Generator().manual_seed(1)), 4, 12, model=model)
+    conds = {"learned": [], **ab.constant_conditions(model, (0.0, 0.5, 1.0)), **ab.layer_conditions(model),
+             **ab.head_conditions(model, first_layers=2)}
+    res = ab.sweep(model, c, conds, n_boot=50, progress=False)
+    fig = plots.sweep_curve(res)
+    line = fig.axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [0.0, 0.5, 1.0]
+    assert list(line.get_ydata()) == pytest.approx([res[f"gates={v:g}"].ppl for v in (0.0, 0.5, 1.0)])
+    assert fig.axes[0].get_yscale() == "log"
+    fig = plots.layer_ablation(res)
+    assert len(fig.axes[0].patches) == 4  # 2 layers x (open, closed)
+    fig = plots.head_ablation(res)
+    grid = fig.axes[0].get_images()[0].get_array()
+    assert grid.shape == (2, 4) and grid[1, 3] == pytest.approx(res["L1H3 closed"].ppl)
+    with pytest.raises(ValueError, match="head_conditions"):
+        plots.head_ablation({"learned": res["learned"]})

@@ -98,3 +98,84 @@ def attention_explorer(models, tokenizer, prompt: str = "The cat sat on the mat 
         return plots.attention_maps({label: cache[name][0]}, tokens=labels, head=head, title="")
 
     return Explorer("attention explorer", controls, draw)
+
+
+def _gated_only(models) -> dict:
+    gated = {k: m for k, m in _as_dict(models).items() if m.cfg.gate != "none"}
+    if not gated:
+        raise ValueError("none of these models has a gate (gate='none'); pass a headwise or elementwise model")
+    return gated
+
+
+@torch.no_grad()
+def gate_explorer(models, tokenizer, prompt: str = "The capital of France is Paris. The capital of Italy is",
+                  head="mean") -> Explorer:
+    """Gate score of every token (rows) in every layer (columns) for a prompt; one head or their mean."""
+    from .gates import gate_scores
+
+    models = _gated_only(models)
+    n_heads = next(iter(models.values())).cfg.n_heads
+    controls = {
+        "model": W.Dropdown(options=list(models), description="model"),
+        "head": W.Dropdown(options=["mean", *range(n_heads)], value=head, description="head"),
+        "prompt": W.Text(value=prompt, description="prompt", continuous_update=False,
+                         layout=W.Layout(width="420px")),
+    }
+
+    def draw(model, head, prompt):
+        m = models[model]
+        ids, labels = prompt_tokens(tokenizer, prompt, m.cfg.max_seq_len)
+        g = gate_scores(m, ids)
+        matrix = g.token_matrix(0, head=None if head == "mean" else head)
+        which = "mean of heads" if head == "mean" else f"head {head}"
+        return plots.gate_token_matrix(matrix, labels, g.layers, title=f"{model}: gate scores, {which}")
+
+    return Explorer("gate explorer", controls, draw)
+
+
+def _clamp_hooks(model, layer, head, value) -> list:
+    from . import ablation as ab
+
+    if layer == "all" and head == "all":
+        return ab.set_gates(model, value)
+    if head == "all":
+        return ab.force_layer(model, layer, value)
+    layers = range(model.cfg.n_layers) if layer == "all" else [layer]
+    return [pair for L in layers for pair in ab.close_head(model, L, head, value)]
+
+
+@torch.no_grad()
+def clamp_explorer(models, tokenizer, chunks: torch.Tensor, prompt: str = "The history of the",
+                   max_new_tokens: int = 12) -> Explorer:
+    """Pin gates to a value (all of them, one layer's, or one head's) and watch perplexity on `chunks`
+    (from ablation.chunks) and a greedy continuation of `prompt` change."""
+    from . import ablation as ab
+
+    models = _gated_only(models)
+    first = next(iter(models.values()))
+    learned = {k: ab.perplexity(m, chunks, ci=False).ppl for k, m in models.items()}
+    controls = {
+        "model": W.Dropdown(options=list(models), description="model"),
+        "layer": W.Dropdown(options=["all", *range(first.cfg.n_layers)], description="layer"),
+        "head": W.Dropdown(options=["all", *range(first.cfg.n_heads)], description="head"),
+        "value": W.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.05, description="gate =",
+                               continuous_update=False),
+    }
+
+    def draw(model, layer, head, value):
+        m = models[model]
+        hooks = _clamp_hooks(m, layer, head, value)
+        clamped = ab.perplexity(m, chunks, hooks, ci=False).ppl
+        ids, _ = prompt_tokens(tokenizer, prompt, m.cfg.max_seq_len)
+        with m.hooks(hooks):
+            out = m.generate(ids.to(next(m.parameters()).device), max_new_tokens, temperature=0)
+        text = tokenizer.decode(out[0, ids.shape[1]:].tolist())
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        ax.bar(["learned gates", f"layer {layer}, head {head}\ngates = {value:g}"], [learned[model], clamped],
+               color=["tab:green", "tab:purple"])
+        ax.set(ylabel="perplexity", yscale="log", title=f"{model}: {learned[model]:.4g} -> {clamped:.4g}")
+        fig.text(0.02, -0.02, f"{prompt!r} -> {text!r}", fontsize=8, ha="left", va="top", wrap=True)
+        fig.tight_layout()
+        return fig
+
+    return Explorer("clamp explorer", controls, draw)

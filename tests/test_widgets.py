@@ -51,3 +51,31 @@ def test_prompt_tokens_puts_bos_first(setup):
     ids, labels = widgets.prompt_tokens(tok, "a b c")
     assert ids[0, 0].item() == tok.bos_id and labels[0] == "<bos>" and len(labels) == ids.shape[1]
     assert tok.decode(ids[0, 1:].tolist()) == "a b c"
+
+
+def test_gate_explorer(setup):
+    models, tok = setup
+    ex = widgets.gate_explorer(models, tok, prompt="one two three")
+    assert list(ex.controls["model"].options) == ["headwise"]  # the baseline has no gate to show
+    first = bytes(ex.image.value)
+    ex.controls["head"].value = 3
+    assert bytes(ex.image.value).startswith(PNG) and bytes(ex.image.value) != first
+    with pytest.raises(ValueError, match="none of these models has a gate"):
+        widgets.gate_explorer({"baseline": models["baseline"]}, tok)
+
+
+def test_clamp_explorer_changes_perplexity_and_text(setup):
+    from minigate import ablation as ab
+
+    models, tok = setup
+    chunks = ab.chunks(torch.randint(0, 4096, (300,), generator=torch.Generator().manual_seed(0)), 2, 16)
+    ex = widgets.clamp_explorer(models, tok, chunks, max_new_tokens=4)
+    m = models["headwise"]
+    assert widgets._clamp_hooks(m, "all", "all", 0.3)[0][0] == "blocks.0.attn.hook_gate"
+    assert [n for n, _ in widgets._clamp_hooks(m, "all", 2, 0.0)] == ["blocks.0.attn.hook_gate",
+                                                                       "blocks.1.attn.hook_gate"]
+    before = bytes(ex.image.value)
+    ex.controls["layer"].value = 1
+    ex.controls["value"].value = 0.0
+    assert bytes(ex.image.value) != before
+    assert ex._repr_mimebundle_()["text/plain"] == "<clamp explorer: model='headwise', layer=1, head='all', value=0.0>"

@@ -28,6 +28,9 @@ nod = [p for n_, p in m.named_parameters() if not (p.dim() >= 2 and not n_.start
 opt = torch.optim.AdamW([{"params": dec, "weight_decay": wd}, {"params": nod, "weight_decay": 0}], lr=lr, betas=(0.9, 0.95))
 g = torch.Generator().manual_seed(1)
 t0 = time.time()
+GBIAS = float(args.get("gbias", 0))  # a fixed offset on the gate logits (gate starts near sigmoid(GBIAS))
+if GBIAS and gate != "none":
+    m.hooks([(lambda n: n.endswith("hook_gate_logits"), lambda x, hook: x + GBIAS)]).__enter__()
 def report(s, loss):
     m.eval(); st = attention_sink(m, EV); ma = massive_activations(m, EV)
     with torch.no_grad():

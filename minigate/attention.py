@@ -9,7 +9,8 @@ The paper's gate (G1) multiplies each head's attention output z by sigmoid(x W_g
 the same normed hidden state that feeds the query projection. It is computed per head
 (`headwise`, one scalar) or per head dimension (`elementwise`). Other positions (G2 values, G3
 keys, G4 queries, G5 after o_proj) and variants (SiLU, additive, head-shared) are here for the
-paper's ablations.
+paper's ablations. G2-G4 act on v, k, q just before attention, after QK-norm and RoPE (before the
+norm, a headwise gate on q or k would simply be normalised away).
 
 Checkpoint layout (the trap): in the released models the G1 gate weights are extra output rows of
 q_proj, grouped per kv head. For each kv head: first the queries of its `group` query heads

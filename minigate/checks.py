@@ -1,0 +1,296 @@
+"""Graded checks with hints for the course's exercises: `my_fn = checks.<exercise>(my_fn)`.
+
+Each check runs the learner's function on a few cases and compares it with an independent reference
+(never with the learner's own output). On a mismatch it looks for a *typical mistake*: a known-wrong
+variant of the reference that the learner's output matches, and prints that mistake's hint; otherwise
+a generic hint with the largest difference. Then:
+
+    passed                    -> prints `✓ <exercise>: passed (N cases)`, returns the learner's function
+    wrong                     -> prints `✗ ...` with the hint and raises AssertionError (instructors grade so)
+    raises NotImplementedError -> prints a one-line notice and returns the reference, so the rest of the
+                                 lesson runs (this is how the untouched lessons pass nbval in CI)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange, repeat
+
+PASSED_RE = re.compile(r"^✓ (\S+): passed \(\d+ cases?\)$", re.M)
+
+Case = tuple[str, tuple]  # (label shown in messages, positional arguments)
+Mistake = tuple[Callable, str]  # (a wrong variant with the reference's signature, the hint it earns)
+
+
+def not_implemented_notice(name: str) -> str:
+    return f"… {name} not implemented yet: using the reference implementation so the rest of the lesson runs"
+
+
+def _tensors(x):
+    """Outputs as tensors (tuples stay tuples) so numbers, tensors and pairs compare the same way."""
+    if isinstance(x, (tuple, list)):
+        return tuple(_tensors(y) for y in x)
+    return x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+
+
+def _close(got, want, tol: dict) -> bool:
+    try:
+        torch.testing.assert_close(_tensors(got), _tensors(want), check_dtype=False, equal_nan=True, **tol)
+        return True
+    except (AssertionError, TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _generic_hint(got, want) -> str:
+    got, want = _tensors(got), _tensors(want)
+    if isinstance(want, tuple) != isinstance(got, tuple) or isinstance(want, tuple) and len(want) != len(got):
+        return f"expected {len(want) if isinstance(want, tuple) else 1} output(s), got " \
+               f"{len(got) if isinstance(got, tuple) else 1}"
+    pairs = zip(got, want, strict=True) if isinstance(want, tuple) else [(got, want)]
+    for i, (g, w) in enumerate(pairs):
+        where = f"output {i}: " if isinstance(want, tuple) else ""
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return f"{where}expected shape {tuple(w.shape)}, got {tuple(getattr(g, 'shape', ())) or type(g).__name__}"
+        if torch.isnan(g).any():
+            return f"{where}your output has NaNs (is a row of scores entirely -inf?)"
+        diff = (g.double() - w.double()).abs()
+        if diff.max() > 0:
+            return f"{where}max |difference| = {diff.max().item():.3g}; print both on a small case and compare"
+    return "the output differs only within the tolerance's reach; print both on a small case and compare"
+
+
+def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequence[Case],
+          mistakes: Sequence[Mistake] = (), atol: float = 1e-5, rtol: float = 1e-4) -> Callable:
+    """Compare learner_fn with reference_fn on every case; see the module docstring for what it returns."""
+    tol = dict(atol=atol, rtol=rtol)
+    clone = lambda args: tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)  # noqa: E731
+    for label, args in cases:
+        try:
+            got = learner_fn(*clone(args))
+        except NotImplementedError:
+            print(not_implemented_notice(name))
+            return reference_fn
+        want = reference_fn(*clone(args))
+        if _close(got, want, tol):
+            continue
+        hint = next((h for wrong, h in mistakes if _close(got, wrong(*clone(args)), tol)), None)
+        message = f"✗ {name}, case {label}: {hint or _generic_hint(got, want)}"
+        print(message)
+        raise AssertionError(message)
+    print(f"✓ {name}: passed ({len(cases)} case{'s' if len(cases) != 1 else ''})")
+    return learner_fn
+
+
+def _randn(*shape, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ── lesson 01: causal multi-head attention with GQA ──────────────────────────────────────────────────
+
+def reference_causal_attention(q, k, v):
+    """q (b, h, t, d), k and v (b, kv, t, d) -> (b, h, t, d); query head h reads kv head h // (h / kv)."""
+    g = q.shape[1] // k.shape[1]
+    k, v = (repeat(x, "b kv t d -> b (kv g) t d", g=g) for x in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _attention(q, k, v, *, scale=True, diagonal=0, softmax_dim=-1, causal=True, kv_order="(kv g)"):
+    """Explicit attention with switches for the typical mistakes."""
+    g = q.shape[1] // k.shape[1]
+    k, v = (repeat(x, f"b kv t d -> b {kv_order} t d", g=g) for x in (k, v))
+    scores = einsum(q, k, "b h i d, b h j d -> b h i j") / (math.sqrt(q.shape[-1]) if scale else 1)
+    if causal:
+        T = q.shape[-2]
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(diagonal), float("-inf"))
+    return einsum(torch.softmax(scores, dim=softmax_dim), v, "b h i j, b h j d -> b h i d")
+
+
+def causal_attention(fn: Callable) -> Callable:
+    """fn(q (b, h, t, d), k (b, kv, t, d), v (b, kv, t, d)) -> (b, h, t, d), checked against PyTorch's SDPA."""
+    shapes = [(2, 4, 2, 6, 8), (1, 3, 3, 5, 4), (1, 6, 1, 4, 16)]  # GQA, plain multi-head, multi-query
+    cases = [(f"b={b} h={h} kv={kv} t={t} d={d}", (_randn(b, h, t, d, seed=3 * i), _randn(b, kv, t, d, seed=3 * i + 1),
+                                                   _randn(b, kv, t, d, seed=3 * i + 2)))
+             for i, (b, h, kv, t, d) in enumerate(shapes)]
+    mistakes = [
+        (lambda q, k, v: _attention(q, k, v, softmax_dim=-2),
+         "softmax over the wrong axis: normalise over keys (the last axis of the (query, key) scores)"),
+        (lambda q, k, v: _attention(q, k, v, diagonal=-1),
+         "the mask is off by one: a query must see itself (tril(), not tril(-1)); query 0 sees only key 0"),
+        (lambda q, k, v: _attention(q, k, v, diagonal=1),
+         "the mask is off by one: query i may see keys 0..i, not key i + 1"),
+        (lambda q, k, v: _attention(q, k, v, scale=False), "scale missing: divide the scores by sqrt(head_dim)"),
+        (lambda q, k, v: _attention(q, k, v, causal=False),
+         "no causal mask: query i must not see keys after i (mask them with -inf before the softmax)"),
+        (lambda q, k, v: _attention(q, k, v, kv_order="(g kv)"),
+         "GQA heads mismatched: query head h reads kv head h // group (repeat each kv head, don't tile them)"),
+    ]
+    return check("causal_attention", fn, reference_causal_attention, cases, mistakes)
+
+
+# ── lesson 02: the G1 gate, its output projection, and where the gate hides in q_proj ────────────────
+
+def reference_g1_gate(z, gate_logits):
+    """z (b, t, h, d) * sigmoid(gate_logits): (b, t, h) headwise (one scalar per head) or (b, t, h, d)."""
+    if gate_logits.dim() == 3:
+        gate_logits = rearrange(gate_logits, "b t h -> b t h 1")
+    return z * torch.sigmoid(gate_logits)
+
+
+def g1_gate(fn: Callable) -> Callable:
+    """fn(z (b, t, h, d), gate_logits (b, t, h) or (b, t, h, d)) -> the sigmoid-gated z (b, t, h, d)."""
+    cases = [("headwise h=4 d=4", (_randn(2, 3, 4, 4, seed=0), _randn(2, 3, 4, seed=1))),
+             ("headwise h=2 d=8", (_randn(1, 5, 2, 8, seed=2), _randn(1, 5, 2, seed=3))),
+             ("elementwise h=4 d=4", (_randn(2, 3, 4, 4, seed=4), _randn(2, 3, 4, 4, seed=5)))]
+    mistakes = [
+        (lambda z, g: z * (g[..., None] if g.dim() == 3 else g), "the gate is sigmoid(logits), not the logits"),
+        (lambda z, g: z * F.silu(g[..., None] if g.dim() == 3 else g), "G1 uses a sigmoid, not SiLU"),
+        (lambda z, g: z * torch.sigmoid(-(g[..., None] if g.dim() == 3 else g)), "sign flipped: sigmoid(logits)"),
+        (lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g),
+         "a headwise gate (b, t, h) must become (b, t, h, 1): one scalar per head, broadcast over d"),
+    ]
+    return check("g1_gate", fn, reference_g1_gate, cases, mistakes)
+
+
+def reference_gated_output(z, gate_logits, w_o):
+    """o_proj(z * sigmoid(gate)): z and gate_logits (b, t, h, d), w_o (d_model, h * d) -> (b, t, d_model)."""
+    return rearrange(z * torch.sigmoid(gate_logits), "b t h d -> b t (h d)") @ w_o.T
+
+
+def gated_output(fn: Callable) -> Callable:
+    """fn(z (b, t, h, d), gate_logits (b, t, h, d), w_o (d_model, h*d)) -> (b, t, d_model): G1, then o_proj."""
+    cases = [(f"h={h} d={d}", (_randn(2, 3, h, d, seed=i), _randn(2, 3, h, d, seed=i + 10),
+                               _randn(h * d, h * d, seed=i + 20) / h)) for i, (h, d) in enumerate([(4, 4), (2, 8)])]
+    flat = lambda x: rearrange(x, "b t h d -> b t (h d)")  # noqa: E731
+    mistakes = [(lambda z, g, w: (flat(z) @ w.T) * torch.sigmoid(flat(g)),
+                 "the gate is applied after o_proj (that is G5, the paper's weakest position): gate z, then project"),
+                (lambda z, g, w: flat(z) @ w.T, "the gate is missing: multiply z by sigmoid(gate_logits) first")]
+    return check("gated_output", fn, reference_gated_output, cases, mistakes)
+
+
+def _split(qg, n_heads, n_kv_heads, head_dim, granularity, layout="per kv group"):
+    """Split q_proj's output (b, t, rows) into q (b, h, t, d) and gate logits (b, t, h[, d])."""
+    H, K, D = n_heads, n_kv_heads, head_dim
+    E = 1 if granularity == "headwise" else D
+    if layout == "per kv group":  # the released checkpoints: per kv head [its g query heads | their gates]
+        g = H // K
+        q, gate = rearrange(qg, "b t (kv n) -> b t kv n", kv=K).split([g * D, g * E], dim=-1)
+        q, gate = (rearrange(x, "b t kv (g e) -> b t (kv g) e", g=g) for x in (q, gate))
+    elif layout == "per head":  # [q_0 | gate_0 | q_1 | gate_1 | ...]
+        q, gate = rearrange(qg, "b t (h n) -> b t h n", h=H).split([D, E], dim=-1)
+    else:  # "all queries first": [q_0 ... q_H-1 | gate_0 ... gate_H-1]
+        q, gate = qg.split([H * D, H * E], dim=-1)
+        q, gate = (rearrange(x, "b t (h e) -> b t h e", h=H) for x in (q, gate))
+    q = rearrange(q, "b t h d -> b h t d")
+    return q, (rearrange(gate, "b t h 1 -> b t h") if granularity == "headwise" else gate)
+
+
+def reference_split_q_proj(qg, n_heads, n_kv_heads, head_dim, granularity):
+    """The official per-kv-group layout (see minigate/attention.py's docstring)."""
+    return _split(qg, n_heads, n_kv_heads, head_dim, granularity)
+
+
+def split_q_proj(fn: Callable) -> Callable:
+    """fn(qg (b, t, rows), n_heads, n_kv_heads, head_dim, granularity) -> (q (b, h, t, d), gates (b, t, h[, d]))."""
+    cases = []
+    for i, (H, K, D, gran) in enumerate([(4, 2, 4, "headwise"), (4, 2, 4, "elementwise"), (6, 2, 2, "headwise"),
+                                         (4, 1, 4, "elementwise")]):
+        rows = H * D + H * (1 if gran == "headwise" else D)
+        cases.append((f"h={H} kv={K} d={D} {gran}", (_randn(2, 3, rows, seed=i), H, K, D, gran)))
+    mistakes = [
+        (lambda *a: _split(*a, layout="per head"), "rows are grouped per kv head, not per query head: for each "
+         "kv head, first the queries of its group heads, then those heads' gate rows"),
+        (lambda *a: _split(*a, layout="all queries first"), "the gate rows are not all at the end: q_proj's rows "
+         "come per kv head, [queries of its group | gates of its group], one kv head after the other"),
+    ]
+    return check("split_q_proj", fn, reference_split_q_proj, cases, mistakes, atol=0, rtol=0)
+
+
+# ── lesson 03: warmup + cosine learning-rate schedule ────────────────────────────────────────────────
+
+def _schedule(step, cfg, warmup_shift=0, floor=True, shape="cosine", from_warmup=True):
+    if step <= cfg.warmup_steps:
+        return cfg.lr * (step + warmup_shift) / cfg.warmup_steps
+    start = cfg.warmup_steps if from_warmup else 0
+    progress = min((step - start) / (cfg.steps - start), 1.0)
+    min_lr = cfg.lr * cfg.min_lr_ratio if floor else 0.0
+    decay = 0.5 * (1 + math.cos(math.pi * progress)) if shape == "cosine" else 1 - progress
+    return min_lr + (cfg.lr - min_lr) * decay
+
+
+def lr_schedule(fn: Callable) -> Callable:
+    """fn(step (1-based), cfg: TrainConfig) -> lr, checked against minigate.train.lr_at over every step."""
+    from .train import TrainConfig, lr_at
+
+    cfgs = [TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1),
+            TrainConfig(steps=40, warmup_steps=4, lr=3e-3, min_lr_ratio=0.2),
+            TrainConfig(steps=30, warmup_steps=0, lr=2e-3, min_lr_ratio=0.0)]
+    over_steps = lambda f: lambda cfg: [f(s, cfg) for s in range(1, cfg.steps + 1)]  # noqa: E731
+    cases = [(f"steps={c.steps} warmup={c.warmup_steps} min_lr_ratio={c.min_lr_ratio}", (c,)) for c in cfgs]
+    mistakes = [
+        (over_steps(lambda s, c: _schedule(s, c, warmup_shift=-1)),
+         "off by one in the warmup: step is 1-based, step s uses lr * s / warmup_steps (the first step is not 0)"),
+        (over_steps(lambda s, c: _schedule(s, c, warmup_shift=1)),
+         "off by one in the warmup: step is 1-based, step s uses lr * s / warmup_steps (not (s + 1))"),
+        (over_steps(lambda s, c: _schedule(s, c, floor=False)),
+         "no min_lr floor: the cosine ends at lr * min_lr_ratio, not 0"),
+        (over_steps(lambda s, c: _schedule(s, c, shape="linear")), "linear decay: use a cosine, 0.5 (1 + cos(pi p))"),
+        (over_steps(lambda s, c: _schedule(s, c, from_warmup=False)),
+         "the cosine starts at the end of the warmup: progress = (step - warmup) / (steps - warmup)"),
+    ]
+    learner = over_steps(fn)
+    result = check("lr_schedule", learner, over_steps(lr_at), cases, mistakes, atol=1e-12, rtol=1e-6)
+    return fn if result is learner else lr_at
+
+
+# ── lesson 04: F-Attn and M-Act from a cache ─────────────────────────────────────────────────────────
+
+def reference_f_attn_m_act(cache, n_layers):
+    """F-Attn: mean attention on key 0 over prompts, query positions and heads per layer, then over layers.
+    M-Act: max |residual stream| after each layer (hook_resid_post), averaged over layers.
+    The same definitions as minigate.analysis.attention_sink(...).f_attn and massive_activations(...).m_act."""
+    return _f_attn_m_act(cache, n_layers)
+
+
+def _f_attn_m_act(cache, n_layers, first_query=0, key_axis=True, layer_stat="mean", absolute=True):
+    shares, acts = [], []
+    for layer in range(n_layers):
+        p = cache[f"blocks.{layer}.attn.hook_pattern"].double()  # (batch, head, query, key)
+        shares.append((p[..., first_query:, 0] if key_axis else p[..., 0, :]).mean())
+        r = cache[f"blocks.{layer}.hook_resid_post"].double()  # (batch, pos, d_model)
+        acts.append((r.abs() if absolute else r).max())
+    acts = torch.stack(acts)
+    return torch.stack(shares).mean().item(), (acts.mean() if layer_stat == "mean" else acts.max()).item()
+
+
+def _cache_case(seed: int, gate: str):
+    from . import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate=gate)
+    model = Transformer(cfg).eval()
+    tokens = torch.randint(0, 50, (3, 10), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        _, cache = model.run_with_cache(
+            tokens, names_filter=lambda n: n.endswith("hook_pattern") or n.endswith("hook_resid_post"))
+    return cache
+
+
+def f_attn_m_act(fn: Callable) -> Callable:
+    """fn(cache from run_with_cache, n_layers) -> (f_attn, m_act) as floats."""
+    cases = [(f"tiny {gate} model", (_cache_case(i, gate), 3)) for i, gate in enumerate(["none", "G1"])]
+    mistakes = [
+        (lambda c, n: _f_attn_m_act(c, n, first_query=1),
+         "F-Attn averages over every query position, query 0 included (it always puts all its mass on key 0)"),
+        (lambda c, n: _f_attn_m_act(c, n, key_axis=False),
+         "that is the attention *from* token 0; F-Attn is the attention *to* key 0: pattern[..., 0] (last axis)"),
+        (lambda c, n: _f_attn_m_act(c, n, layer_stat="max"),
+         "M-Act is the per-layer maximum averaged over layers, not the maximum over layers"),
+        (lambda c, n: _f_attn_m_act(c, n, absolute=False),
+         "M-Act takes absolute values: massive activations are often large and negative"),
+    ]
+    return check("f_attn_m_act", fn, reference_f_attn_m_act, cases, mistakes, atol=1e-6, rtol=1e-5)

@@ -1,0 +1,135 @@
+"""Build the learners' notebooks from the solutions: `python -m minigate.course build [--check]`.
+
+    solutions/NN_name.ipynb  (source of truth, run and stored with outputs)
+        │  every block between `### BEGIN SOLUTION` and `### END SOLUTION` -> a stub at the marker's indentation:
+        │      # YOUR CODE HERE
+        │      raise NotImplementedError()
+        ▼
+    lessons/NN_name.ipynb    (generated: never edit by hand)
+
+Rules that keep `pytest --nbval lessons/` green (the build enforces the first two):
+- A marker sits inside a function (indented): the lesson's exercise cell then only *defines* a function,
+  so running it prints nothing. An exercise cell produces no output in the solutions either.
+- The exercise cell keeps its execution_count and gets empty outputs, so nbval checks that it stays silent.
+- A check cell `f = checks.f(f)` prints `✓ f: passed (N cases)` in the solutions; in the lesson the stub
+  raises NotImplementedError, the check prints a notice and returns the reference. The build rewrites
+  every stored "passed" line of the solutions into that notice, so the lesson's stored outputs are what
+  it prints when run untouched. Every other cell keeps the solutions' stored outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .checks import PASSED_RE, not_implemented_notice
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+
+
+class MarkerError(ValueError):
+    """A solution marker that cannot be turned into a stub; the message names file, cell and line."""
+
+
+def stub_source(source: str, where: str = "") -> tuple[str, int]:
+    """Replace every marked block of one cell's source by a stub. Returns (new source, number of blocks)."""
+    out, begin_line, n = [], None, 0
+    for lineno, line in enumerate(source.split("\n"), start=1):
+        marker = line.strip()
+        if marker == BEGIN:
+            if begin_line is not None:
+                raise MarkerError(f"{where}line {lineno}: {BEGIN} inside the block opened at line {begin_line}")
+            indent = line[:len(line) - len(line.lstrip())]
+            if not indent:
+                raise MarkerError(f"{where}line {lineno}: {BEGIN} at top level; put the exercise inside a "
+                                  "function so that the lesson's cell only defines it and runs in CI")
+            begin_line, n = lineno, n + 1
+            out += [indent + s for s in STUB]
+        elif marker == END:
+            if begin_line is None:
+                raise MarkerError(f"{where}line {lineno}: {END} without a {BEGIN}")
+            begin_line = None
+        elif begin_line is None:
+            out.append(line)
+    if begin_line is not None:
+        raise MarkerError(f"{where}line {begin_line}: {BEGIN} never closed by {END}")
+    return "\n".join(out), n
+
+
+def _notice_outputs(outputs: list) -> None:
+    """Rewrite `✓ name: passed (N cases)` lines of stdout streams into the not-implemented notice."""
+    for out in outputs:
+        if out.get("output_type") == "stream" and out.get("name") == "stdout":
+            out["text"] = PASSED_RE.sub(lambda m: not_implemented_notice(m.group(1)), out["text"])
+
+
+def lesson_from_solution(nb: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
+    """The lesson notebook for one solutions notebook (a new object; `nb` is left untouched)."""
+    lesson = nbformat.from_dict(nb)  # deep copy
+    for i, cell in enumerate(lesson.cells):
+        where = f"{name}: cell {i}, "
+        if cell.cell_type != "code":
+            if BEGIN in cell.source or END in cell.source:
+                raise MarkerError(f"{where}solution markers are only allowed in code cells")
+            continue
+        cell.source, n_blocks = stub_source(cell.source, where)
+        if n_blocks == 0:
+            _notice_outputs(cell.outputs)
+        elif cell.outputs:
+            raise MarkerError(f"{where}an exercise cell must print nothing (it only defines functions); "
+                              "move demos and checks to the next cell")
+    return lesson
+
+
+def render(nb: nbformat.NotebookNode) -> str:
+    """Stable JSON text of a notebook: what nbformat.write would store."""
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def build(solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons", check: bool = False) -> list[str]:
+    """Write (or with check=True, only compare) every lesson. Returns the stale or orphaned lesson names."""
+    stale, expected = [], set()
+    for src in sorted(solutions.glob(NOTEBOOK_GLOB)):
+        expected.add(src.name)
+        text = render(lesson_from_solution(nbformat.read(src, as_version=4), str(src)))
+        dst = lessons / src.name
+        if not dst.exists() or dst.read_text(encoding="utf-8") != text:
+            stale.append(src.name)
+            if not check:
+                lessons.mkdir(parents=True, exist_ok=True)
+                dst.write_text(text, encoding="utf-8")
+    for orphan in sorted(p.name for p in lessons.glob(NOTEBOOK_GLOB) if p.name not in expected):
+        stale.append(orphan)
+        if not check:
+            (lessons / orphan).unlink()  # a lesson whose solution was renamed or removed
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minigate.course", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["build"])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a lesson is stale")
+    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
+    parser.add_argument("--lessons", type=Path, default=ROOT / "lessons")
+    args = parser.parse_args(argv)
+    try:
+        stale = build(args.solutions, args.lessons, check=args.check)
+    except MarkerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check and stale:
+        print(f"stale lessons (run `python -m minigate.course build`): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    print(f"{'stale' if args.check else 'rebuilt'}: {', '.join(stale) or 'nothing'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The lesson builder on small synthetic notebooks, and the real solutions/ and lessons/ folders."""
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from minigate import checks, course
+
+EXERCISE = """import torch
+
+def double(x):
+    \"\"\"Twice x.\"\"\"
+    ### BEGIN SOLUTION
+    y = x + x
+    return y
+    ### END SOLUTION
+
+class Box:
+    def area(self):
+        if True:
+            ### BEGIN SOLUTION
+            return 4
+            ### END SOLUTION"""
+
+
+def write_solution(folder, name="01_demo.ipynb", exercise=EXERCISE, exercise_outputs=()):
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Demo"),
+        new_code_cell(exercise, execution_count=1, outputs=list(exercise_outputs)),
+        new_code_cell("double = checks.double(double)\nprint(double(2))", execution_count=2,
+                      outputs=[new_output("stream", name="stdout", text="✓ double: passed (3 cases)\n4\n")]),
+        new_code_cell("1 + 1", execution_count=3,
+                      outputs=[new_output("execute_result", data={"text/plain": "2"}, execution_count=3)]),
+    ])
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / name)
+    return nb
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return tmp_path / "solutions", tmp_path / "lessons"
+
+
+def test_markers_become_stubs_at_the_marker_indentation(dirs):
+    sol, les = dirs
+    write_solution(sol)
+    assert course.build(sol, les) == ["01_demo.ipynb"]
+    lesson = nbformat.read(les / "01_demo.ipynb", as_version=4)
+    src = lesson.cells[1].source
+    assert "    # YOUR CODE HERE\n    raise NotImplementedError()\n\nclass Box:" in src
+    assert src.endswith("\n            # YOUR CODE HERE\n            raise NotImplementedError()")
+    assert "### " not in src and "x + x" not in src and '"""Twice x."""' in src
+    assert lesson.cells[1].outputs == [] and lesson.cells[1].execution_count == 1
+    # the solutions keep their markers and their answer
+    assert "### BEGIN SOLUTION\n    y = x + x" in nbformat.read(sol / "01_demo.ipynb", as_version=4).cells[1].source
+
+
+def test_the_lesson_runs_and_the_stored_check_output_becomes_the_notice(dirs):
+    sol, les = dirs
+    write_solution(sol)
+    course.build(sol, les)
+    lesson = nbformat.read(les / "01_demo.ipynb", as_version=4)
+    assert lesson.cells[2].outputs[0].text == checks.not_implemented_notice("double") + "\n4\n"
+    assert lesson.cells[3].outputs == nbformat.read(sol / "01_demo.ipynb", as_version=4).cells[3].outputs
+    namespace = {}
+    exec(lesson.cells[1].source, namespace)  # the exercise cell only defines: it runs, silently
+    with pytest.raises(NotImplementedError):
+        namespace["double"](2)
+
+
+def test_build_is_idempotent_and_check_sees_no_stale_lesson(dirs):
+    sol, les = dirs
+    write_solution(sol)
+    course.build(sol, les)
+    before = (les / "01_demo.ipynb").read_bytes()
+    assert course.build(sol, les) == [] and course.build(sol, les, check=True) == []
+    assert (les / "01_demo.ipynb").read_bytes() == before
+
+
+def test_check_names_stale_missing_and_orphaned_lessons(dirs, capsys):
+    sol, les = dirs
+    write_solution(sol)
+    write_solution(sol, "02_other.ipynb")
+    course.build(sol, les)
+    write_solution(sol, exercise=EXERCISE.replace("x + x", "2 * x").replace("Twice", "Double"))  # stale
+    (les / "02_other.ipynb").unlink()  # missing
+    write_solution(les, "09_orphan.ipynb")  # no solution
+    args = ["build", "--check", "--solutions", str(sol), "--lessons", str(les)]
+    assert course.main(args) == 1
+    assert "01_demo.ipynb, 02_other.ipynb, 09_orphan.ipynb" in capsys.readouterr().err
+    assert course.main(args[:1] + args[2:]) == 0  # build
+    assert course.main(args) == 0
+    assert sorted(p.name for p in les.iterdir()) == ["01_demo.ipynb", "02_other.ipynb"]
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1", "line 2: ### BEGIN SOLUTION never closed"),
+    ("def f():\n    return 1\n    ### END SOLUTION", "line 3: ### END SOLUTION without"),
+    ("def f():\n    ### BEGIN SOLUTION\n    ### BEGIN SOLUTION\n    ### END SOLUTION",
+     "line 3: ### BEGIN SOLUTION inside"),
+    ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION", "line 1: ### BEGIN SOLUTION at top level"),
+])
+def test_marker_errors_name_file_cell_and_line(dirs, source, message, capsys):
+    sol, les = dirs
+    write_solution(sol, exercise=source)
+    with pytest.raises(course.MarkerError, match=rf"01_demo.ipynb: cell 1, {message}"):
+        course.build(sol, les)
+    assert course.main(["build", "--solutions", str(sol), "--lessons", str(les)]) == 2
+    assert message in capsys.readouterr().err and not les.exists()
+
+
+def test_an_exercise_cell_with_outputs_is_refused(dirs):
+    sol, les = dirs
+    write_solution(sol, exercise_outputs=[new_output("stream", name="stdout", text="hi\n")])
+    with pytest.raises(course.MarkerError, match="cell 1, an exercise cell must print nothing"):
+        course.build(sol, les)
+
+
+def test_real_lessons_are_up_to_date_with_solutions():
+    """Every solutions notebook has an up-to-date lessons twin, and no lesson lacks a solution."""
+    solutions = sorted(p.name for p in (course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB))
+    lessons = sorted(p.name for p in (course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB))
+    assert solutions == lessons, "run `python -m minigate.course build`"
+    assert course.build(check=True) == [], "stale lessons: run `python -m minigate.course build`"
+
+
+def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
+    """End to end: a solved notebook with stored outputs and the lesson built from it both pass nbval."""
+    import subprocess
+    import sys
+
+    exercise = ("def lr(step, cfg):\n    \"\"\"Warmup + cosine.\"\"\"\n    ### BEGIN SOLUTION\n"
+                "    from minigate.train import lr_at\n    return lr_at(step, cfg)\n    ### END SOLUTION")
+    stdout = new_output("stream", name="stdout", text="✓ lr_schedule: passed (3 cases)\n0.002167\n")
+    nb = new_notebook(cells=[
+        new_code_cell("from minigate import checks\nfrom minigate.train import TrainConfig", execution_count=1),
+        new_code_cell(exercise, execution_count=2),
+        new_code_cell("lr = checks.lr_schedule(lr)\nprint(round(lr(5, TrainConfig(steps=10, warmup_steps=2)), 6))",
+                      execution_count=3, outputs=[stdout]),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    (tmp_path / "solutions").mkdir()
+    nbformat.write(nb, tmp_path / "solutions" / "01_demo.ipynb")
+    course.build(tmp_path / "solutions", tmp_path / "lessons")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval", "--nbval-current-env", "-p",
+                          "no:cacheprovider", "--nbval-sanitize-with", str(course.ROOT / "lessons/nbval_sanitize.cfg"),
+                          "solutions", "lessons"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "6 passed" in run.stdout, run.stdout[-3000:]

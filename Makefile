@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine (each installs what it needs into .venv/):
 #   make lab    install, then open the lessons in JupyterLab
+#   make lessons  rebuild lessons/ from solutions/ (the exercise stubs)
 #   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
 PY      ?= python3
 VENV    := .venv
@@ -9,7 +10,7 @@ STAMP   := $(VENV)/.installed
 export MINIGATE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
-.PHONY: install lab test bench clean
+.PHONY: install lab lessons test bench clean
 
 install: $(STAMP)
 
@@ -22,6 +23,9 @@ $(STAMP): pyproject.toml
 
 lab: install
 	$(BIN)/jupyter lab lessons/
+
+lessons: install
+	$(BIN)/python -m minigate.course build
 
 test: install
 	$(BIN)/ruff check minigate tests

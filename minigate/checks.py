@@ -68,7 +68,7 @@ def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequen
           mistakes: Sequence[Mistake] = (), atol: float = 1e-5, rtol: float = 1e-4) -> Callable:
     """Compare learner_fn with reference_fn on every case; see the module docstring for what it returns."""
     tol = dict(atol=atol, rtol=rtol)
-    clone = lambda args: tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)  # noqa: E731
+    clone = lambda args: tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
     for label, args in cases:
         try:
             got = learner_fn(*clone(args))
@@ -165,11 +165,37 @@ def gated_output(fn: Callable) -> Callable:
     """fn(z (b, t, h, d), gate_logits (b, t, h, d), w_o (d_model, h*d)) -> (b, t, d_model): G1, then o_proj."""
     cases = [(f"h={h} d={d}", (_randn(2, 3, h, d, seed=i), _randn(2, 3, h, d, seed=i + 10),
                                _randn(h * d, h * d, seed=i + 20) / h)) for i, (h, d) in enumerate([(4, 4), (2, 8)])]
-    flat = lambda x: rearrange(x, "b t h d -> b t (h d)")  # noqa: E731
+    flat = lambda x: rearrange(x, "b t h d -> b t (h d)")
     mistakes = [(lambda z, g, w: (flat(z) @ w.T) * torch.sigmoid(flat(g)),
                  "the gate is applied after o_proj (that is G5, the paper's weakest position): gate z, then project"),
                 (lambda z, g, w: flat(z) @ w.T, "the gate is missing: multiply z by sigmoid(gate_logits) first")]
     return check("gated_output", fn, reference_gated_output, cases, mistakes)
+
+
+def reference_gate_param_count(cfg):
+    """Extra parameters of a G1 gate: per layer, d_model inputs x (one row per head, or per head dimension)."""
+    return cfg.n_layers * cfg.d_model * cfg.n_heads * (1 if cfg.gate_granularity == "headwise" else cfg.head_dim)
+
+
+def _gate_params(cfg, layers=True, heads="query", width="granularity"):
+    n_heads = cfg.n_heads if heads == "query" else cfg.n_kv_heads
+    e = cfg.head_dim if width == "head_dim" or cfg.gate_granularity == "elementwise" else 1
+    return (cfg.n_layers if layers else 1) * cfg.d_model * n_heads * e
+
+
+def gate_param_count(fn: Callable) -> Callable:
+    """fn(cfg: ModelConfig with a G1 gate) -> number of parameters the gate adds to the whole model."""
+    from .config import ModelConfig
+
+    shapes = [dict(d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8),  # a tiny model
+              dict(d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128)]  # a Qwen3-1.7B-sized one
+    cases = [(f"{s['n_layers']} layers d_model={s['d_model']} {gran}",
+              (ModelConfig(vocab_size=100, gate="G1", gate_granularity=gran, **s),))
+             for s in shapes for gran in ("headwise", "elementwise")]
+    mistakes = [(lambda c: _gate_params(c, layers=False), "one layer only: every layer has its own gate"),
+                (lambda c: _gate_params(c, heads="kv"), "one gate per *query* head (n_heads), not per kv head"),
+                (lambda c: _gate_params(c, width="head_dim"), "a headwise gate has one row per head, not head_dim")]
+    return check("gate_param_count", fn, reference_gate_param_count, cases, mistakes, atol=0, rtol=0)
 
 
 def _split(qg, n_heads, n_kv_heads, head_dim, granularity, layout="per kv group"):
@@ -229,7 +255,7 @@ def lr_schedule(fn: Callable) -> Callable:
     cfgs = [TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1),
             TrainConfig(steps=40, warmup_steps=4, lr=3e-3, min_lr_ratio=0.2),
             TrainConfig(steps=30, warmup_steps=0, lr=2e-3, min_lr_ratio=0.0)]
-    over_steps = lambda f: lambda cfg: [f(s, cfg) for s in range(1, cfg.steps + 1)]  # noqa: E731
+    over_steps = lambda f: lambda cfg: [f(s, cfg) for s in range(1, cfg.steps + 1)]
     cases = [(f"steps={c.steps} warmup={c.warmup_steps} min_lr_ratio={c.min_lr_ratio}", (c,)) for c in cfgs]
     mistakes = [
         (over_steps(lambda s, c: _schedule(s, c, warmup_shift=-1)),

@@ -14,6 +14,7 @@ REFERENCES = {
     checks.causal_attention: checks.reference_causal_attention,
     checks.g1_gate: checks.reference_g1_gate,
     checks.gated_output: checks.reference_gated_output,
+    checks.gate_param_count: checks.reference_gate_param_count,
     checks.split_q_proj: checks.reference_split_q_proj,
     checks.lr_schedule: lr_at,
     checks.f_attn_m_act: checks.reference_f_attn_m_act,
@@ -36,6 +37,9 @@ def _mistakes():
         (checks.g1_gate, lambda z, g: z * torch.sigmoid(-(g[..., None] if g.dim() == 3 else g)), "sign flipped"),
         (checks.gated_output, lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
         (checks.gated_output, lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
+        (checks.gate_param_count, lambda c: checks._gate_params(c, layers=False), "one layer only"),
+        (checks.gate_param_count, lambda c: checks._gate_params(c, heads="kv"), "not per kv head"),
+        (checks.gate_param_count, lambda c: checks._gate_params(c, width="head_dim"), "one row per head"),
         (checks.split_q_proj, lambda *x: checks._split(*x, layout="per head"), "not per query head"),
         (checks.split_q_proj, lambda *x: checks._split(*x, layout="all queries first"), "not all at the end"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=-1), "the first step is not 0"),
@@ -115,6 +119,14 @@ def _run_attention(attn: nn.Module, x):
     attn.hook_gate_logits.register_forward_hook(lambda m, i, o: cache.__setitem__("gate_logits", o))
     cos, sin = rope_cos_sin(x.shape[1], attn.cfg.head_dim, attn.cfg.rope_theta)
     return attn(x, cos, sin), cache
+
+
+@pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
+def test_gate_param_count_reference_matches_a_built_model(granularity):
+    shape = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+    n = lambda cfg: sum(p.numel() for p in Transformer(cfg).parameters())
+    gated = ModelConfig(gate="G1", gate_granularity=granularity, **shape)
+    assert n(gated) - n(ModelConfig(**shape)) == checks.reference_gate_param_count(gated)
 
 
 def test_f_attn_m_act_reference_matches_analysis():

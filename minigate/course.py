@@ -15,6 +15,11 @@ Rules that keep `pytest --nbval lessons/` green (the build enforces the first tw
   raises NotImplementedError, the check prints a notice and returns the reference. The build rewrites
   every stored "passed" line of the solutions into that notice, so the lesson's stored outputs are what
   it prints when run untouched. Every other cell keeps the solutions' stored outputs.
+
+Header cells, written from the constants below into solutions and lessons alike (a fork changes
+REPOSITORY and rebuilds): a markdown cell tagged `badge` gets the "Open in Colab" badge of its own
+notebook, a code cell tagged `setup` gets SETUP, which in Colab clones the repository (data/ comes
+with it) and installs minigate from it without touching Colab's torch; locally it does nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +36,36 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+
+REPOSITORY, BRANCH = "minigate/minigate", "main"  # GitHub owner/name and branch: a fork changes this line
+SETUP = f"""# Set-up (idempotent): in Colab, clone the course (with data/) and install minigate from it,
+# keeping Colab's own torch. Locally (pip install -e .), nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import importlib.util, os, subprocess
+    if not os.path.isdir("/content/minigate"):
+        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{BRANCH}",
+                        "https://github.com/{REPOSITORY}", "/content/minigate"], check=True)
+    if importlib.util.find_spec("minigate") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minigate"], check=True)
+        sys.path.insert(0, "/content/minigate")"""
+
+
+def badge(path: str) -> str:
+    """Markdown "Open in Colab" badge for a notebook at `path` in the repository (e.g. lessons/01_x.ipynb)."""
+    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"(https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{path})")
+
+
+def set_header(nb: nbformat.NotebookNode, path: str) -> None:
+    """Write the badge and set-up cells (found by their tags) from the constants above."""
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if "badge" in tags and cell.cell_type == "markdown":
+            cell.source = badge(path)
+        elif "setup" in tags and cell.cell_type == "code":
+            cell.source = SETUP
 
 
 class MarkerError(ValueError):
@@ -72,6 +107,7 @@ def _notice_outputs(outputs: list) -> None:
 def lesson_from_solution(nb: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
     """The lesson notebook for one solutions notebook (a new object; `nb` is left untouched)."""
     lesson = nbformat.from_dict(nb)  # deep copy
+    set_header(lesson, f"lessons/{Path(name).name}")
     for i, cell in enumerate(lesson.cells):
         where = f"{name}: cell {i}, "
         if cell.cell_type != "code":
@@ -94,11 +130,19 @@ def render(nb: nbformat.NotebookNode) -> str:
 
 
 def build(solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons", check: bool = False) -> list[str]:
-    """Write (or with check=True, only compare) every lesson. Returns the stale or orphaned lesson names."""
+    """Write (or with check=True, only compare) every lesson, and the header cells of every solution.
+    Returns the names of the stale or orphaned lessons, and "solutions/<name>" for stale headers."""
     stale, expected = [], set()
     for src in sorted(solutions.glob(NOTEBOOK_GLOB)):
         expected.add(src.name)
-        text = render(lesson_from_solution(nbformat.read(src, as_version=4), str(src)))
+        solution = nbformat.read(src, as_version=4)
+        before = nbformat.from_dict(solution)
+        set_header(solution, f"solutions/{src.name}")
+        if solution != before:  # compared as data: a solution saved by Jupyter is not reformatted
+            stale.append(f"solutions/{src.name}")
+            if not check:
+                src.write_text(render(solution), encoding="utf-8")
+        text = render(lesson_from_solution(solution, str(src)))
         dst = lessons / src.name
         if not dst.exists() or dst.read_text(encoding="utf-8") != text:
             stale.append(src.name)

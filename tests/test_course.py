@@ -94,6 +94,23 @@ def test_check_names_stale_missing_and_orphaned_lessons(dirs, capsys):
     assert sorted(p.name for p in les.iterdir()) == ["01_demo.ipynb", "02_other.ipynb"]
 
 
+def test_header_cells_come_from_one_constant(dirs, monkeypatch):
+    sol, les = dirs
+    nb = write_solution(sol)
+    nb.cells[:0] = [new_markdown_cell("old badge", metadata={"tags": ["badge"]}),
+                    new_code_cell("old setup", metadata={"tags": ["setup"]})]
+    nbformat.write(nb, sol / "01_demo.ipynb")
+    assert course.build(sol, les) == ["solutions/01_demo.ipynb", "01_demo.ipynb"]
+    for folder in (sol, les):
+        cells = nbformat.read(folder / "01_demo.ipynb", as_version=4).cells
+        assert cells[0].source == course.badge(f"{folder.name}/01_demo.ipynb") and cells[1].source == course.SETUP
+        assert f"github/{course.REPOSITORY}/blob/main/{folder.name}/01_demo.ipynb" in cells[0].source
+    assert course.build(sol, les) == []
+    monkeypatch.setattr(course, "REPOSITORY", "someone/fork")  # a fork changes one line
+    assert course.build(sol, les, check=True) == ["solutions/01_demo.ipynb", "01_demo.ipynb"]
+    compile(course.SETUP, "setup", "exec")
+
+
 @pytest.mark.parametrize("source, message", [
     ("def f():\n    ### BEGIN SOLUTION\n    return 1", "line 2: ### BEGIN SOLUTION never closed"),
     ("def f():\n    return 1\n    ### END SOLUTION", "line 3: ### END SOLUTION without"),
@@ -123,6 +140,10 @@ def test_real_lessons_are_up_to_date_with_solutions():
     lessons = sorted(p.name for p in (course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB))
     assert solutions == lessons, "run `python -m minigate.course build`"
     assert course.build(check=True) == [], "stale lessons: run `python -m minigate.course build`"
+    for name in solutions:  # every lesson starts with its badge and the set-up cell
+        tags = [c.metadata.get("tags", []) for c in nbformat.read(course.ROOT / "solutions" / name, 4).cells]
+        assert any("badge" in t for t in tags[:3]) and any("setup" in t for t in tags[:4]), \
+            f"{name}: start with a markdown cell tagged badge and a code cell tagged setup"
 
 
 def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
@@ -134,6 +155,8 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
                 "    from minigate.train import lr_at\n    return lr_at(step, cfg)\n    ### END SOLUTION")
     stdout = new_output("stream", name="stdout", text="✓ lr_schedule: passed (3 cases)\n0.002167\n")
     nb = new_notebook(cells=[
+        new_markdown_cell("badge", metadata={"tags": ["badge"]}),
+        new_code_cell("setup", execution_count=0, metadata={"tags": ["setup"]}),
         new_code_cell("from minigate import checks\nfrom minigate.train import TrainConfig", execution_count=1),
         new_code_cell(exercise, execution_count=2),
         new_code_cell("lr = checks.lr_schedule(lr)\nprint(round(lr(5, TrainConfig(steps=10, warmup_steps=2)), 6))",
@@ -145,4 +168,4 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval", "--nbval-current-env", "-p",
                           "no:cacheprovider", "--nbval-sanitize-with", str(course.ROOT / "lessons/nbval_sanitize.cfg"),
                           "solutions", "lessons"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "6 passed" in run.stdout, run.stdout[-3000:]
+    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-3000:]

@@ -10,18 +10,23 @@ lr = float(args.get("lr", 3e-3)); QK = args.get("qk", "1") == "1"; T = int(args.
 heads = int(args.get("heads", 4)); hd = int(args.get("hd", 16)); d = int(args.get("d", 64)); N = int(args.get("N", 64))
 pcopy = float(args.get("pcopy", 1.0)); B = int(args.get("B", 32))
 torch.set_num_threads(int(args.get("threads", 1)))
-H = (T - 1) // 2
+H = int((T - 1) * float(args.get('frac', 0.5)))  # random part; the rest copies its start
 USE_BOS = args.get('bos', '1') == '1'
+SEP = args.get('sep', '0') == '1'
 def batch(n, g):
     a = torch.randint(1, N + 1, (n, H), generator=g)
-    b = a + N
     first = torch.zeros(n, 1, dtype=torch.long) if USE_BOS else torch.randint(1, N + 1, (n, 1), generator=g)
-    x = torch.cat([first, a, b], 1)[:, :T]
+    if SEP:  # a separator token marks where the copy starts: no position counting needed
+        b = a[:, :T - 2 - H] + N
+        x = torch.cat([first, a, torch.full((n, 1), 2 * N + 1), b], 1)[:, :T]
+    else:
+        b = a[:, :T - 1 - H] + N
+        x = torch.cat([first, a, b], 1)[:, :T]
     return x
 EV = batch(64, torch.Generator().manual_seed(99))
 kw = dict(gate="G1", gate_granularity=gate) if gate != "none" else {}
 torch.manual_seed(int(args.get("seed", 0)))
-cfg = ModelConfig(vocab_size=2 * N + 1, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=heads, head_dim=hd, d_ff=4 * d, max_seq_len=T, qk_norm=QK, **kw)
+cfg = ModelConfig(vocab_size=2 * N + 2, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=heads, head_dim=hd, d_ff=4 * d, max_seq_len=T, qk_norm=QK, **kw)
 m = Transformer(cfg)
 dec = [p for n_, p in m.named_parameters() if p.dim() >= 2 and not n_.startswith("embed")]
 nod = [p for n_, p in m.named_parameters() if not (p.dim() >= 2 and not n_.startswith("embed"))]

@@ -35,6 +35,7 @@ def cmd_train(args) -> int:
 
     from . import ModelConfig, Transformer, data
     from .analysis import sink_tracker
+    from .pretrained import atomic_write
     from .train import PRESETS, TrainConfig, TrainingDiverged, model_config, train
 
     preset, out = PRESETS[args.preset], Path(args.out)
@@ -77,7 +78,7 @@ def cmd_train(args) -> int:
         info["python_stdlib"] = data.stdlib_info()
     out.mkdir(parents=True, exist_ok=True)
     run = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
-    run_file.write_text(json.dumps(run, indent=2))
+    atomic_write(run_file, lambda f: f.write(json.dumps(run, indent=2).encode()))  # --resume reads it back
     print(f"{args.preset} / {args.gate}: {model.num_params() / 1e6:.2f}M parameters, "
           f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
           f"{cfg.steps} steps -> {out}", flush=True)

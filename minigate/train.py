@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from .config import ModelConfig
 from .data import check_length, eval_batches, sample_batch
-from .pretrained import atomic_write
+from .pretrained import atomic_write, save_pretrained
 
 
 @dataclass
@@ -381,8 +381,6 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
 
     checkpoint()
     if out_dir is not None:
-        from . import save_pretrained
-
         save_pretrained(model, out_dir / "model")
     return history
 

@@ -8,7 +8,8 @@
 
 from .config import ModelConfig
 from .model import Transformer
-from .pretrained import from_pretrained, save_pretrained
+from .pretrained import from_pretrained, save_pretrained, shipped, shipped_names, shipped_run
 
-__all__ = ["ModelConfig", "Transformer", "from_pretrained", "save_pretrained"]
+__all__ = ["ModelConfig", "Transformer", "from_pretrained", "save_pretrained", "shipped", "shipped_names",
+           "shipped_run"]
 __version__ = "0.1.0"

@@ -19,12 +19,19 @@ import shutil
 import sys
 from pathlib import Path
 
-PRESET_NAMES = ("ci", "t4", "research")  # kept in sync with train.PRESETS (checked in the tests)
+PRESET_NAMES = ("ci", "t4", "copy", "research")  # kept in sync with train.PRESETS (checked in the tests)
 
 
-def _tokens(corpus: str, tokenizer_path):
+COPY_ROWS = (40_000, 512)  # rows of the copy task for training and validation (seeds 1 and 2)
+
+
+def _tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int = 130):
     from . import data
 
+    if corpus == "copy":  # a synthetic task: rows instead of a token stream, no tokenizer
+        n_symbols = (vocab_size - 2) // 2
+        return (None, data.copy_task(COPY_ROWS[0], seq_len, n_symbols, seed=1),
+                data.copy_task(COPY_ROWS[1], seq_len, n_symbols, seed=2))
     tok = data.load_tokenizer(tokenizer_path)
     train_docs, val_docs = data.load_documents(corpus)
     return tok, data.encode(train_docs, tok), data.encode(val_docs, tok)
@@ -69,7 +76,7 @@ def cmd_train(args) -> int:
                          "or pick another --out")
 
     tokenizer = Path(args.tokenizer) if args.tokenizer else data.DEFAULT_TOKENIZER
-    _, train_ids, val_ids = _tokens(preset.corpus, tokenizer)
+    _, train_ids, val_ids = _tokens(preset.corpus, tokenizer, cfg.seq_len, model_cfg.vocab_size)
     torch.manual_seed(cfg.seed)  # the model's initial weights
     model = Transformer(model_cfg)
     info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus, tokenizer=str(tokenizer),
@@ -83,7 +90,8 @@ def cmd_train(args) -> int:
           f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
           f"{cfg.steps} steps -> {out}", flush=True)
     try:
-        probe = data.eval_batches(val_ids, 8, cfg.seq_len, cfg.bos_id, 1)  # 8 held-out windows, <bos> first
+        n_probe = 64 if preset.corpus == "copy" else 8  # held-out rows / windows, <bos> first
+        probe = data.eval_batches(val_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)
         history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
                         progress=not args.quiet, callback=sink_tracker(next(iter(probe))[0]))
     except KeyboardInterrupt:
@@ -93,7 +101,8 @@ def cmd_train(args) -> int:
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    shutil.copyfile(tokenizer, out / "model" / "tokenizer.json")
+    if preset.corpus != "copy":
+        shutil.copyfile(tokenizer, out / "model" / "tokenizer.json")
     shutil.copyfile(run_file, out / "model" / "run.json")
     val = history.val_loss[-1]
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
@@ -141,14 +150,17 @@ def cmd_eval(args) -> int:
     bos_id = run.get("train", {}).get("bos_id", 0)
     tokenizer = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
     model = from_pretrained(folder)
-    tok = data.load_tokenizer(tokenizer)
-    if tok.get_vocab_size() > model.cfg.vocab_size:
-        raise SystemExit(f"error: tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
-                         f"{model.cfg.vocab_size}; is this the tokenizer the model was trained with?")
-    val_ids = data.encode(data.load_documents(corpus)[1], tok)
+    if corpus == "copy":
+        val_ids = _tokens(corpus, None, seq_len, model.cfg.vocab_size)[2]
+    else:
+        tok = data.load_tokenizer(tokenizer)
+        if tok.get_vocab_size() > model.cfg.vocab_size:
+            raise SystemExit(f"error: tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
+                             f"{model.cfg.vocab_size}; is this the tokenizer the model was trained with?")
+        val_ids = data.encode(data.load_documents(corpus)[1], tok)
     with torch.inference_mode():
         loss = evaluate(model, val_ids, seq_len, args.batch_size, bos_id)
-    n = (val_ids.numel() // seq_len) * seq_len
+    n = val_ids[..., 1:].numel() if val_ids.dim() == 2 else (val_ids.numel() // seq_len) * seq_len
     print(f"{folder}: validation loss {loss:.4f}, perplexity {math.exp(loss):.2f} "
           f"({corpus} held-out split, {n:,} tokens in windows of {seq_len})")
     return 0
@@ -161,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a preset model",
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
-                   help="ci: 2 CPU cores, ~1 min; t4: Colab T4, <=15 min; research: the shipped checkpoints")
+                   help="ci: 2 CPU cores, ~1 min; t4: Colab T4, <=15 min; copy: the sink demonstration "
+                        "(copy task, ~5 min); research: natural-text checkpoints")
     t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")

@@ -294,12 +294,18 @@ def encode(docs, tokenizer: Tokenizer) -> torch.Tensor:
 
 # -- batches -------------------------------------------------------------------------------------------
 def check_length(tokens: torch.Tensor, seq_len: int, what: str):
-    if tokens.dim() != 1:
-        raise ValueError(f"{what} tokens must be one 1-d tensor of ids, got shape {tuple(tokens.shape)}")
     if seq_len < 2:
         raise ValueError(f"seq_len={seq_len}: a sequence needs <bos> and at least one text token")
     if tokens.numel() == 0:
         raise ValueError(f"the {what} corpus is empty (0 tokens); check the corpus name and its source")
+    if tokens.dim() == 2:  # a task's ready-made rows (see copy_task)
+        if tokens.shape[1] != seq_len + 1:
+            raise ValueError(f"the {what} rows have {tokens.shape[1]} tokens, but seq_len={seq_len} needs "
+                             f"rows of seq_len + 1 = {seq_len + 1} (input and shifted target)")
+        return
+    if tokens.dim() != 1:
+        raise ValueError(f"{what} tokens must be one 1-d tensor of ids (a token stream) or a 2-d tensor of "
+                         f"rows (batch, seq_len + 1), got shape {tuple(tokens.shape)}")
     if tokens.numel() < seq_len:
         raise ValueError(f"the {what} corpus has {tokens.numel()} tokens, but one sequence of "
                          f"seq_len={seq_len} needs {seq_len}; use a larger corpus or a smaller seq_len")
@@ -308,8 +314,12 @@ def check_length(tokens: torch.Tensor, seq_len: int, what: str):
 def sample_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: int,
                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Random training windows: x = [bos, window[:-1]], y = window, both (batch, seq_len).
-    The same generator state gives the same batch."""
+    The same generator state gives the same batch. Rows of a task (2-d, see copy_task): x = row[:-1],
+    y = row[1:] for random rows."""
     check_length(tokens, seq_len, "training")
+    if tokens.dim() == 2:
+        rows = tokens[torch.randint(0, tokens.shape[0], (batch_size,), generator=generator)]
+        return rows[:, :-1], rows[:, 1:]
     starts = torch.randint(0, tokens.numel() - seq_len + 1, (batch_size,), generator=generator)
     y = torch.stack([tokens[s: s + seq_len] for s in starts.tolist()])
     x = torch.cat([torch.full((batch_size, 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1)
@@ -321,6 +331,12 @@ def eval_batches(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: in
     """Fixed evaluation batches: the corpus cut into non-overlapping windows of seq_len tokens (the
     tail that does not fill a window is dropped), each as x = [bos, window[:-1]], y = window."""
     check_length(tokens, seq_len, "validation")
+    if tokens.dim() == 2:  # a task's rows, in order
+        for b, i in enumerate(range(0, tokens.shape[0], batch_size)):
+            if max_batches is not None and b >= max_batches:
+                break
+            yield tokens[i: i + batch_size, :-1], tokens[i: i + batch_size, 1:]
+        return
     n = tokens.numel() // seq_len
     windows = tokens[: n * seq_len].view(n, seq_len)
     for b, i in enumerate(range(0, n, batch_size)):
@@ -328,6 +344,50 @@ def eval_batches(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: in
             break
         y = windows[i: i + batch_size]
         yield torch.cat([torch.full((y.shape[0], 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1), y
+
+
+# -- the marked copy task --------------------------------------------------------------------------------
+def copy_task(n: int, seq_len: int = 64, n_symbols: int = 64, seed: int = 0) -> torch.Tensor:
+    """`n` rows of the marked copy task, (n, seq_len + 1): x = row[:-1], y = row[1:] (see sample_batch).
+
+    A row is  <bos>, a_1 .. a_H, <sep>, a_1 + N, a_2 + N, ...  with H = seq_len // 2 random symbols
+    a_i from 1..N (N = n_symbols), a separator 2N + 1, then the random part again, shifted into N+1..2N
+    (cut to the row length).
+    So the vocabulary has 2N + 2 ids (<bos> = 0). The first half is unpredictable; the second half is a
+    pure copy, found by a head that looks back H + 1 positions. A token's own range tells a head whether
+    there is anything to copy, so a head can learn to be *off* on the random part: there, an ungated
+    model parks its attention on <bos> (an attention sink), and a gated one can close the gate instead.
+    docs/experiments.md logs what it shows at 2 layers."""
+    if n < 1 or seq_len < 4 or n_symbols < 1:
+        raise ValueError(f"copy_task(n={n}, seq_len={seq_len}, n_symbols={n_symbols}): need n >= 1, "
+                         "seq_len >= 4 and n_symbols >= 1")
+    g = torch.Generator().manual_seed(seed)
+    h = seq_len // 2
+    a = torch.randint(1, n_symbols + 1, (n, h), generator=g)
+    bos, sep = torch.zeros(n, 1, dtype=torch.long), torch.full((n, 1), 2 * n_symbols + 1)
+    return torch.cat([bos, a, sep, a + n_symbols], dim=1)[:, : seq_len + 1]
+
+
+class CopyTokenizer:
+    """Text face of the copy task's ids, so widgets and prompts work on copy models: symbol i of the random
+    part is "a{i}", its copy is "b{i}", the separator "|", <bos> is id 0. Same methods as TextTokenizer.
+
+        tok = CopyTokenizer(); tok.encode("a3 a17 | b3") -> [3, 17, 129, 67]"""
+
+    def __init__(self, n_symbols: int = 64):
+        self.n, self.bos_id, self.vocab_size = n_symbols, 0, 2 * n_symbols + 2
+        self.words = [BOS] + [f"a{i}" for i in range(1, self.n + 1)] + [f"b{i}" for i in range(1, self.n + 1)] + ["|"]
+        self.ids = {w: i for i, w in enumerate(self.words)}
+
+    def encode(self, text: str) -> list[int]:
+        unknown = [w for w in text.split() if w not in self.ids]
+        if unknown:
+            raise ValueError(f"the copy task has no token {unknown[0]!r}: write symbols a1..a{self.n}, their copies "
+                             f"b1..b{self.n} and the separator |, separated by spaces (e.g. 'a3 a17 | b3')")
+        return [self.ids[w] for w in text.split()]
+
+    def decode(self, ids) -> str:
+        return " ".join(self.words[int(i)] for i in ids)
 
 
 # -- prompt sets -------------------------------------------------------------------------------------------

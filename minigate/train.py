@@ -416,6 +416,15 @@ PRESETS: dict[str, Preset] = {
                    max_seq_len=256),
         train=TrainConfig(steps=3000, batch_size=32, seq_len=256, lr=2e-3, warmup_steps=200, eval_every=250,
                           eval_batches=20, ckpt_every=250)),
+    # ~0.1M parameters; the marked copy task (data.copy_task), where a baseline grows attention sinks;
+    # 5000 steps x 2k tokens, about 5 minutes on 2 CPU cores
+    "copy": Preset(
+        about="the course's sink demonstration: the marked copy task, ~5 minutes on 2 CPU cores",
+        corpus="copy",
+        model=dict(vocab_size=130, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=256,
+                   max_seq_len=64),
+        train=TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
+                          eval_batches=0, ckpt_every=500)),
     # ~1.8M parameters; a placeholder until the research issue tunes it; long, so resumable (--resume)
     "research": Preset(
         about="the course's shipped checkpoints (tuned by the research issue); spans sessions with --resume",

@@ -320,3 +320,42 @@ def f_attn_m_act(fn: Callable) -> Callable:
          "M-Act takes absolute values: massive activations are often large and negative"),
     ]
     return check("f_attn_m_act", fn, reference_f_attn_m_act, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
+# ── lesson 04: where a head parks its attention, part by part ───────────────────────────────────────
+
+def reference_bos_share_by_part(pattern, n_random):
+    """pattern (batch, head, query, key) of copy-task rows -> (2, head): mean attention on key 0 (<bos>)
+    over the random-part queries 1..n_random (row 0) and over the copy-part queries n_random+1.. (row 1)."""
+    return _bos_share_by_part(pattern, n_random)
+
+
+def _bos_share_by_part(pattern, n_random, start=1, split=0, to_key=True, head_mean=False):
+    p = pattern[..., 0] if to_key else pattern[..., 0, :]  # (batch, head, query)
+    rand, copy = p[..., start: n_random + 1 + split], p[..., n_random + 1 + split:]
+    out = torch.stack([rand.mean((0, 2)), copy.mean((0, 2))])  # (2, head)
+    return out.mean(1, keepdim=True).expand_as(out) if head_mean else out
+
+
+def bos_share_by_part(fn: Callable) -> Callable:
+    """fn(pattern (batch, head, query, key), n_random) -> (2, head) tensor; see reference_bos_share_by_part."""
+    def case(seed, b, h, t, n_random):
+        scores = _randn(b, h, t, t, seed=seed) * 3
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        return scores.masked_fill(mask, float("-inf")).softmax(-1), n_random
+
+    cases = [("4 heads, 9 positions, 4 random", case(0, 2, 4, 9, 4)),
+             ("2 heads, 12 positions, 6 random", case(1, 3, 2, 12, 6))]
+    mistakes = [
+        (lambda p, n: _bos_share_by_part(p, n, start=0),
+         "leave out query 0: <bos> can only attend to itself, so it always puts 1.0 on key 0"),
+        (lambda p, n: _bos_share_by_part(p, n, split=-1),
+         "the random part's queries are positions 1..n_random inclusive: slice 1 : n_random + 1"),
+        (lambda p, n: _bos_share_by_part(p, n, split=1),
+         "the separator (position n_random + 1) already belongs to the copy part: it must retrieve a_1"),
+        (lambda p, n: _bos_share_by_part(p, n, to_key=False),
+         "that is the attention *from* <bos>; we want attention *to* key 0: pattern[..., 0] (last axis)"),
+        (lambda p, n: _bos_share_by_part(p, n, head_mean=True),
+         "keep one number per head: average over batch and queries only"),
+    ]
+    return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, mistakes, atol=1e-6, rtol=1e-5)

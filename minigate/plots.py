@@ -44,7 +44,7 @@ def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | 
     n = len(patterns)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
     for ax, (label, p) in zip(axes.flat[:n], patterns.items(), strict=True):

@@ -79,7 +79,8 @@ def cmd_train(args) -> int:
     _, train_ids, val_ids = _tokens(preset.corpus, tokenizer, cfg.seq_len, model_cfg.vocab_size)
     torch.manual_seed(cfg.seed)  # the model's initial weights
     model = Transformer(model_cfg)
-    info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus, tokenizer=str(tokenizer),
+    info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus,
+                tokenizer=None if preset.corpus == "copy" else str(tokenizer),
                 train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
     if "python-stdlib" in preset.corpus:
         info["python_stdlib"] = data.stdlib_info()

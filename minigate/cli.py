@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-PRESET_NAMES = ("ci", "t4", "copy", "research")  # kept in sync with train.PRESETS (checked in the tests)
+PRESET_NAMES = ("ci", "t4", "copy", "text")  # kept in sync with train.PRESETS (checked in the tests)
 
 
 COPY_ROWS = (40_000, 512)  # rows of the copy task for training and validation (seeds 1 and 2)
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="ci: 2 CPU cores, ~1 min; t4: Colab T4, <=15 min; copy: the sink demonstration "
-                        "(copy task, ~5 min); research: natural-text checkpoints")
+                        "(copy task, ~5 min); text: the natural-text checkpoints (~15 min)")
     t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")

@@ -425,13 +425,14 @@ PRESETS: dict[str, Preset] = {
                    max_seq_len=64),
         train=TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
                           eval_batches=0, ckpt_every=500)),
-    # ~1.8M parameters; a placeholder until the research issue tunes it; long, so resumable (--resume)
-    "research": Preset(
-        about="the course's shipped checkpoints (tuned by the research issue); spans sessions with --resume",
+    # ~1.3M parameters; the course's natural-text checkpoints (data/checkpoints/text-*): python-stdlib +
+    # WikiText-2, 1500 steps x 4k tokens, about 15 minutes per model on 2 CPU cores
+    "text": Preset(
+        about="the course's natural-text checkpoints: ~15 minutes per model on 2 CPU cores",
         corpus="python-stdlib+wikitext-2",
-        model=dict(vocab_size=4096, d_model=128, n_layers=6, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
+        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
                    max_seq_len=256),
-        train=TrainConfig(steps=6000, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=300, eval_every=250,
+        train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
                           eval_batches=20, ckpt_every=250)),
 }
 GATES = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),

@@ -7,7 +7,7 @@ the first three layers closed. Batched: conditions stacked along the batch dimen
 per forward (ablation.sweep). Looped: one hooked run per condition, --max-batch chunks per forward.
 Both are timed in the same run, interleaved (bench.common.interleaved_medians), and checked to agree.
 
-Default model: the `research` preset's sizes (the shipped checkpoints' shape), G1 headwise, random
+Default model: the `text` preset's sizes (the shipped text checkpoints' shape), G1 headwise, random
 init; or --model PATH (minigate.from_pretrained). Token ids are random: the time does not depend on
 the text.
 
@@ -64,7 +64,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    model = from_pretrained(args.model) if args.model else Transformer(model_config("research", gate=args.gate))
+    model = from_pretrained(args.model) if args.model else Transformer(model_config("text", gate=args.gate))
     model.eval()
     cfg = model.cfg
     c = chunks(torch.randint(0, cfg.vocab_size, (args.chunks * args.len,)), args.chunks, args.len, model=model)
@@ -84,7 +84,7 @@ def main(argv=None):
     params = sum(p.numel() for p in model.parameters())
     tokens = len(conditions) * args.chunks * args.len
     flops = len(conditions) * forward_flops(params, cfg.n_layers, cfg.n_heads, cfg.head_dim, args.chunks, args.len)
-    print(f"model: {args.model or 'random init, research preset sizes, G1 ' + args.gate}; {params / 1e6:.2f}M "
+    print(f"model: {args.model or 'random init, text preset sizes, G1 ' + args.gate}; {params / 1e6:.2f}M "
           f"params, {cfg.n_layers} layers x {cfg.n_heads} heads")
     print(f"published ablation set: {len(conditions)} conditions x {args.chunks} chunks x {args.len} tokens "
           f"({tokens:,} tokens); {args.threads} thread(s), max_batch {args.max_batch}, "

@@ -228,6 +228,19 @@ def _layers(model, layers) -> list[int]:
     return list(range(model.cfg.n_layers)) if layers is None else [_check_layer(model, L) for L in layers]
 
 
+def _gated_layers(model, layers) -> list[int]:
+    """`layers` (None: every gated layer), each checked to hold a gate (see ModelConfig.gate_layers)."""
+    _check_gated(model)
+    if layers is None:
+        return [L for L in range(model.cfg.n_layers) if model.cfg.is_gated(L)]
+    out = [_check_layer(model, L) for L in layers]
+    for L in out:
+        if not model.cfg.is_gated(L):
+            raise ValueError(f"layer {L} has no gate: gate_layers={model.cfg.gate_layers} gates layers "
+                             f"0..{model.cfg.gate_layers - 1} only")
+    return out
+
+
 def _n_gate_heads(model) -> int:
     cfg = model.cfg
     if cfg.gate == "G5":
@@ -243,8 +256,7 @@ def _check_component(component: str) -> str:
 
 def set_gates(model, value: float, layers: Iterable[int] | None = None) -> list[tuple[str, Edit]]:
     """Every gate (of every layer, or of `layers`) fixed at `value`."""
-    _check_gated(model)
-    return [(_gate_name(L), Edit("set", float(value))) for L in _layers(model, layers)]
+    return [(_gate_name(L), Edit("set", float(value))) for L in _gated_layers(model, layers)]
 
 
 def force_layer(model, layer: int, value: float) -> list[tuple[str, Edit]]:
@@ -255,8 +267,7 @@ def force_layer(model, layer: int, value: float) -> list[tuple[str, Edit]]:
 def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[str, Edit]]:
     """One head's gate forced to `value` (default 0: closed), for headwise and elementwise gates alike
     (an elementwise head has all its dimensions set)."""
-    _check_gated(model)
-    _check_layer(model, layer)
+    _gated_layers(model, [layer])
     n = _n_gate_heads(model)
     if not _is_index(head, n):
         raise ValueError(f"head {head!r} is out of range: the gate has {n} heads per layer, use 0..{n - 1}")
@@ -267,7 +278,7 @@ def custom_gates(model, fn: Callable, layers: Iterable[int] | None = None) -> li
     """Any function of the gate: fn(gate, hook) -> new gate, on every layer (or `layers`). `sweep` runs
     such conditions one by one (it can only batch Edits)."""
     _check_gated(model)
-    return [(_gate_name(L), fn) for L in _layers(model, layers)]
+    return [(_gate_name(L), fn) for L in _gated_layers(model, layers)]
 
 
 # -- measured constants: means and norms on the unmodified model -------------------------------------------
@@ -312,8 +323,9 @@ def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
     removed is exactly the gate's dependence on the input, not its average level. (A single global mean
     is what the published 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
     _check_gated(model)
-    stats = stats or measure(model, chunks, [_gate_name(L) for L in _layers(model, layers)])
-    return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in _layers(model, layers)]
+    layers = _gated_layers(model, layers)
+    stats = stats or measure(model, chunks, [_gate_name(L) for L in layers])
+    return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in layers]
 
 
 # -- controls: the same kinds of intervention on parts that are not gates ---------------------------------
@@ -362,13 +374,14 @@ def layer_conditions(model, values: dict[str, float] | None = None, layers: Iter
                      ) -> dict[str, list]:
     """Every layer (or `layers`) on its own forced open and closed: {"L0 open": ..., "L0 closed": ...}."""
     values = {"open": 1.0, "closed": 0.0} if values is None else values
-    return {f"L{L} {word}": force_layer(model, L, v) for L in _layers(model, layers) for word, v in values.items()}
+    return {f"L{L} {word}": force_layer(model, L, v)
+            for L in _gated_layers(model, layers) for word, v in values.items()}
 
 
 def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[str, list]:
     """Every head of the first `first_layers` layers (all layers if the model has fewer) closed alone."""
     return {f"L{L}H{h} closed" if value == 0 else f"L{L}H{h}={_fmt(value)}": close_head(model, L, h, value)
-            for L in range(min(first_layers, model.cfg.n_layers)) for h in range(_n_gate_heads(model))}
+            for L in _gated_layers(model, None)[:first_layers] for h in range(_n_gate_heads(model))}
 
 
 def published_conditions(model, chunks: torch.Tensor, first_layers: int = 3,
@@ -391,7 +404,7 @@ def control_conditions(model, chunks: torch.Tensor, layers: Iterable[int] | None
         for comp in COMPONENTS:
             out[f"L{L} {comp} mean"] = mean_output(model, chunks, L, comp, stats)
             out[f"L{L} {comp} fixed-norm"] = fixed_norm(model, chunks, L, comp, stats)
-        if model.cfg.gate != "none":
+        if model.cfg.is_gated(L):
             out[f"L{L} attn x matched-open"] = scale_output(model, L, matched_scale(model, chunks, L, 1.0))
     return out
 

@@ -79,6 +79,9 @@ class Attention(nn.Module):
         if cfg.gate != "none" and not cfg.gate_in_q_proj:  # every other variant: its own projection
             self.gate_proj = nn.Linear(cfg.d_model, self.n_gate_heads(shared=not cfg.gate_head_specific) * E
                                        if cfg.gate != "G5" else cfg.d_model, bias=False)
+        if cfg.gate != "none" and cfg.gate_bias:  # optional learnable bias, one per gate score (not in the paper)
+            width = cfg.d_model if cfg.gate == "G5" else self.n_gate_heads() * E
+            self.gate_bias = nn.Parameter(torch.full((width,), float(cfg.gate_bias)))
         self.act = gate_activation(cfg.gate_activation)
 
         self.hook_q = HookPoint()  # (batch, head, pos, d_head)    after QK-norm and RoPE
@@ -137,6 +140,9 @@ class Attention(nn.Module):
         gate = None
         if cfg.gate != "none":
             logits = self._gate_logits(x, q_gate)
+            if cfg.gate_bias:
+                bias = self.gate_bias if cfg.gate == "G5" else rearrange(self.gate_bias, "(h e) -> h e", e=E)
+                logits = logits + bias
             if cfg.gate_granularity == "headwise":  # hooks see (batch, pos, head) for headwise gates
                 logits = rearrange(logits, "b t h 1 -> b t h")
             gate = self.hook_gate(self.act(self.hook_gate_logits(logits)))

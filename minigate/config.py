@@ -6,7 +6,7 @@ checkpoints (`from_hf_config` reads their `config.json`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 GATE_POSITIONS = ("none", "G1", "G2", "G3", "G4", "G5")
 # G1: on the SDPA output, before o_proj (the paper's choice)  G2: on the values  G3: on the keys
@@ -36,6 +36,9 @@ class ModelConfig:
     gate_head_specific: bool = True  # False: one gate projection shared by all heads
     gate_activation: str = "sigmoid"  # "sigmoid" or "silu", applied to the gate logits
     gate_mode: str = "multiplicative"  # "multiplicative": y * act(s); "additive": y + act(s)
+    gate_layers: int = 0  # gate only the first this many layers (0: every layer); later layers are ungated
+    gate_bias: float = 0.0  # a learnable bias on the gate logits, initialised to this value (0: no bias, as in
+    #                         the paper; -2.0 starts a sigmoid gate near 0.12, the paper's trained mean)
 
     def __post_init__(self):
         def check(ok: bool, field: str, msg: str):
@@ -56,6 +59,19 @@ class ModelConfig:
               "G5 gates the output of o_proj, which has no heads; use gate_granularity='elementwise' with G5")
         check(not (self.gate == "G5" and not self.gate_head_specific), "gate_head_specific",
               "G5 has no heads to share a gate between; use gate_head_specific=True with G5")
+        check(isinstance(self.gate_layers, int) and 0 <= self.gate_layers <= self.n_layers, "gate_layers",
+              f"must be between 0 (every layer) and n_layers={self.n_layers}")
+        check(self.gate != "none" or (self.gate_layers == 0 and self.gate_bias == 0), "gate",
+              "gate_layers and gate_bias need a gate; set gate='G1' (or another position)")
+
+    def layer_config(self, layer: int) -> "ModelConfig":
+        """The config of block `layer`: ungated past gate_layers, else this config."""
+        if self.gate_layers and layer >= self.gate_layers:
+            return replace(self, gate="none", gate_layers=0, gate_bias=0.0)
+        return self
+
+    def is_gated(self, layer: int) -> bool:
+        return self.layer_config(layer).gate != "none"
 
     # -- derived sizes ---------------------------------------------------------------------------------
     @property
@@ -76,7 +92,8 @@ class ModelConfig:
     # -- official config.json keys ---------------------------------------------------------------------
     def to_hf_config(self) -> dict:
         """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
-        official_gate = self.gate_in_q_proj and self.gate_activation == "sigmoid" and self.gate_mode == "multiplicative"
+        official_gate = (self.gate_in_q_proj and self.gate_activation == "sigmoid"
+                         and self.gate_mode == "multiplicative" and not self.gate_layers and not self.gate_bias)
         d = {
             "architectures": ["Qwen3ForCausalLM"],
             "model_type": "qwen3",
@@ -98,7 +115,8 @@ class ModelConfig:
             "headwise_attn_output_gate": official_gate and self.gate_granularity == "headwise",
             "elementwise_attn_output_gate": official_gate and self.gate_granularity == "elementwise",
             "minigate": {f: getattr(self, f) for f in ("sandwich_norm", "gate", "gate_granularity",
-                                                       "gate_head_specific", "gate_activation", "gate_mode")},
+                                                       "gate_head_specific", "gate_activation", "gate_mode",
+                                                       "gate_layers", "gate_bias")},
         }
         return d
 

@@ -215,13 +215,18 @@ def _check_gated(model):
                          f"is {gate}; load a G1 model (gate='G1')")
 
 
-def _check_layers(layers, n_layers: int) -> list[int]:
-    layers = list(range(n_layers)) if layers is None else [int(i) for i in layers]
+def _check_layers(layers, cfg) -> list[int]:
+    """`layers` (None: every gated layer), each in range and gated (see ModelConfig.gate_layers)."""
+    n_layers = cfg.n_layers
+    layers = [L for L in range(n_layers) if cfg.is_gated(L)] if layers is None else [int(i) for i in layers]
     if not layers:
         raise ValueError("layers=[] selects nothing; pass None for every layer")
     for i in layers:
         if not 0 <= i < n_layers:
             raise ValueError(f"layer {i} is out of range: this model has {n_layers} layers (0..{n_layers - 1})")
+        if not cfg.is_gated(i):
+            raise ValueError(f"layer {i} has no gate: gate_layers={cfg.gate_layers} gates layers "
+                             f"0..{cfg.gate_layers - 1} only")
     return layers
 
 
@@ -264,7 +269,7 @@ def gate_scores(model, tokens_or_prompts, tokenizer=None, layers: list[int] | No
     layers: which layers to keep (all by default); the layer axis of the result follows this list.
     """
     _check_gated(model)
-    layers = _check_layers(layers, model.cfg.n_layers)
+    layers = _check_layers(layers, model.cfg)
     prompts = _as_prompts(tokens_or_prompts, tokenizer, model.cfg.vocab_size)
     names = [f"blocks.{i}.attn.hook_gate" for i in layers]
     seen: dict[str, torch.Tensor] = {}

@@ -32,6 +32,7 @@ _RENAMES = [
     ("blocks.{L}.attn_out_norm.weight", "model.layers.{L}.attn_output_layernorm.weight"),  # minigate only
     ("blocks.{L}.mlp_out_norm.weight", "model.layers.{L}.mlp_output_layernorm.weight"),  # minigate only
     ("blocks.{L}.attn.{p}.weight", "model.layers.{L}.self_attn.{p}.weight"),
+    ("blocks.{L}.attn.gate_bias", "model.layers.{L}.self_attn.gate_bias"),  # minigate only (ModelConfig.gate_bias)
     ("blocks.{L}.mlp.{p}.weight", "model.layers.{L}.mlp.{p}.weight"),
 ]
 

@@ -140,7 +140,7 @@ def _clamp_hooks(model, layer, head, value) -> list:
         return ab.set_gates(model, value)
     if head == "all":
         return ab.force_layer(model, layer, value)
-    layers = range(model.cfg.n_layers) if layer == "all" else [layer]
+    layers = [L for L in range(model.cfg.n_layers) if model.cfg.is_gated(L)] if layer == "all" else [layer]
     return [pair for L in layers for pair in ab.close_head(model, L, head, value)]
 
 

@@ -2,7 +2,6 @@
 and the reference agrees with a plain loop on a real copy-task model's patterns."""
 
 import pytest
-import torch
 
 import minigate
 from minigate import checks

@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+import minigate
 from minigate import ModelConfig, Transformer
 from minigate.config import GATE_ACTIVATIONS, GATE_GRANULARITIES, GATE_MODES, GATE_POSITIONS
 
@@ -218,3 +219,45 @@ def test_hf_config_roundtrip_and_official_keys():
     assert not silu.to_hf_config()["elementwise_attn_output_gate"]
     with pytest.raises(ValueError, match="hidden_size"):
         ModelConfig.from_hf_config({"vocab_size": 3})
+
+
+def test_gate_bias_starts_the_gate_at_its_sigmoid_and_round_trips(tmp_path):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate="G1",
+                      gate_granularity="headwise", gate_bias=-2.0)
+    model = Transformer(cfg).eval()
+    x = torch.randint(0, 50, (2, 12))
+    logits, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith("hook_gate"))
+    for g in cache.values():  # x W is tiny at init, so the gate starts near sigmoid(-2) = 0.119
+        assert abs(g.mean().item() - torch.sigmoid(torch.tensor(-2.0)).item()) < 0.01
+    assert [n for n, p in model.named_parameters() if p.dim() == 1 and "gate_bias" in n] == [
+        "blocks.0.attn.gate_bias", "blocks.1.attn.gate_bias"]  # 1-d: no weight decay
+    minigate.save_pretrained(model, tmp_path)
+    assert torch.allclose(minigate.from_pretrained(tmp_path)(x), logits, atol=1e-6)
+    unbiased = Transformer(ModelConfig(**{**cfg.to_dict(), "gate_bias": 0.0})).eval()
+    unbiased.load_state_dict({k: v for k, v in model.state_dict().items() if "gate_bias" not in k})
+    _, c0 = unbiased.run_with_cache(x, names_filter="blocks.0.attn.hook_gate_logits")
+    _, c1 = model.run_with_cache(x, names_filter="blocks.0.attn.hook_gate_logits")
+    assert torch.allclose(c1["blocks.0.attn.hook_gate_logits"], c0["blocks.0.attn.hook_gate_logits"] - 2.0, atol=1e-6)
+
+
+def test_gate_layers_gates_only_the_first_layers(tmp_path):
+    from minigate import ablation, gates
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, head_dim=8, d_ff=48, gate="G1",
+                      gate_granularity="headwise", gate_layers=1)
+    model = Transformer(cfg).eval()
+    assert "blocks.0.attn.hook_gate" in model.hook_dict and "blocks.1.attn.hook_gate" not in model.hook_dict
+    assert model.blocks[1].attn.q_proj.weight.shape[0] == 4 * 8  # no gate rows past layer 0
+    x = torch.randint(0, 50, (2, 12))
+    minigate.save_pretrained(model, tmp_path)
+    assert torch.allclose(minigate.from_pretrained(tmp_path)(x), model(x), atol=1e-6)
+    assert [name for name, _ in ablation.set_gates(model, 0.0)] == ["blocks.0.attn.hook_gate"]
+    assert gates.gate_scores(model, x).layers == [0]
+    with pytest.raises(ValueError, match="layer 2 has no gate: gate_layers=1 gates layers 0..0 only"):
+        ablation.force_layer(model, 2, 1.0)
+    with pytest.raises(ValueError, match="must be between 0 \\(every layer\\) and n_layers=3"):
+        ModelConfig(n_layers=3, gate="G1", gate_layers=4)
+    with pytest.raises(ValueError, match="gate_layers and gate_bias need a gate"):
+        ModelConfig(gate_bias=-2.0)

@@ -359,3 +359,59 @@ def bos_share_by_part(fn: Callable) -> Callable:
          "keep one number per head: average over batch and queries only"),
     ]
     return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
+# ── lesson 01: a head with nothing to attend to: attention with a null key ───────────────────────────
+
+def reference_attention_with_null(scores, v, null_logit):
+    """Attention with one extra "null" key per head whose value is the zero vector.
+    scores (b, h, q, k) (masked entries already -inf), v (b, h, k, d), null_logit (h,) ->
+    (out (b, h, q, d), null_weight (b, h, q)): softmax over the k real keys *and* the null key together."""
+    b, h, q, _ = scores.shape
+    null = repeat(null_logit.to(scores.dtype), "h -> b h q 1", b=b, q=q)
+    weights = torch.softmax(torch.cat([scores, null], dim=-1), dim=-1)  # (b, h, q, k + 1)
+    return einsum(weights[..., :-1], v, "b h q k, b h k d -> b h q d"), weights[..., -1]
+
+
+def _null_attention(scores, v, null_logit, *, null="logit", stable=True, prepend_misaligned=False):
+    """Explicit version with switches for the typical mistakes."""
+    if null == "none":  # no null key: plain softmax attention, nothing left over
+        w = torch.softmax(scores, -1)
+        return w @ v, torch.zeros(scores.shape[:-1])
+    logit = torch.zeros_like(null_logit) if null == "zero" else null_logit
+    s = torch.cat([logit[None, :, None, None].expand(*scores.shape[:-1], 1), scores], -1)  # null first
+    if stable:
+        s = s - s.amax(-1, keepdim=True)
+    e = s.exp()
+    w = e / e.sum(-1, keepdim=True)
+    real = w[..., :-1] if prepend_misaligned else w[..., 1:]
+    return real @ v, w[..., 0]
+
+
+def attention_with_null(fn: Callable) -> Callable:
+    """fn(scores (b, h, q, k), v (b, h, k, d), null_logit (h,)) -> (out (b, h, q, d), null_weight (b, h, q))."""
+    def case(seed, b, h, t, d, scale, null_logit, blind_row=None):
+        scores = _randn(b, h, t, t, seed=seed) * scale
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))  # causal
+        if blind_row is not None:  # a query that may see no key at all
+            scores[:, :, blind_row] = float("-inf")
+        return scores, _randn(b, h, t, d, seed=seed + 1), torch.tensor(null_logit)
+
+    cases = [("b=2 h=3 q=k=5 d=4", case(0, 2, 3, 5, 4, 1.0, [0.5, -1.0, 2.0])),
+             ("scores up to ~100 (exp overflows in float32)", case(1, 1, 2, 6, 3, 50.0, [1.0, 60.0])),
+             ("query 2 may see no key", case(2, 1, 2, 4, 3, 1.0, [0.0, 3.0], blind_row=2))]
+    mistakes = [
+        (lambda s, v, n: _null_attention(s, v, n, null="none"),
+         "the null key is missing: append null_logit as one more score column and take ONE softmax over the "
+         "k + 1 columns, so the real keys' weights can add up to less than 1"),
+        (lambda s, v, n: _null_attention(s, v, n, null="zero"),
+         "the null key's score is null_logit (one per head), not 0: softmax-off-by-one is the special case "
+         "null_logit = 0"),
+        (lambda s, v, n: _null_attention(s, v, n, stable=False),
+         "exp overflows for large scores (float32 exp(89) = inf -> NaN): subtract each row's max first, "
+         "or let torch.softmax do it on the concatenated scores"),
+        (lambda s, v, n: _null_attention(s, v, n, prepend_misaligned=True),
+         "the weights are shifted by one key: with the null column first, the real keys are columns 1..k "
+         "(with it last, columns 0..k-1)"),
+    ]
+    return check("attention_with_null", fn, reference_attention_with_null, cases, mistakes, atol=1e-6, rtol=1e-5)

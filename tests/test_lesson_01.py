@@ -1,0 +1,68 @@
+"""Lesson 01's new check, attention_with_null: the reference passes, each mistake earns its hint, a stub falls back,
+and the reference agrees with a plain loop and with ordinary attention when the null key is switched off."""
+
+import math
+
+import pytest
+import torch
+
+from minigate import checks
+
+N = checks._null_attention
+
+
+def test_reference_passes_and_is_returned(capsys):
+    fn = lambda s, v, n: tuple(x.clone() for x in checks.reference_attention_with_null(s, v, n))
+    assert checks.attention_with_null(fn) is fn
+    assert "✓ attention_with_null: passed (3 cases)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda s, v, n: N(s, v, n, null="none"), "the null key is missing"),
+    (lambda s, v, n: N(s, v, n, null="zero"), "softmax-off-by-one is the special case"),
+    (lambda s, v, n: N(s, v, n, stable=False), "exp overflows"),
+    (lambda s, v, n: N(s, v, n, prepend_misaligned=True), "shifted by one key"),
+])
+def test_each_mistake_gets_its_hint(wrong, hint, capsys):
+    with pytest.raises(AssertionError):
+        checks.attention_with_null(wrong)
+    assert hint in capsys.readouterr().out
+
+
+def test_the_explicit_variant_without_mistakes_passes(capsys):
+    checks.attention_with_null(N)
+    assert "passed" in capsys.readouterr().out
+
+
+def test_stub_falls_back_to_the_reference(capsys):
+    def stub(s, v, n):
+        raise NotImplementedError()
+    assert checks.attention_with_null(stub) is checks.reference_attention_with_null
+    assert "attention_with_null not implemented yet" in capsys.readouterr().out
+
+
+def test_reference_equals_a_plain_loop():
+    g = torch.Generator().manual_seed(0)
+    scores, v = torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 3, 5, 2, generator=g)
+    null = torch.randn(3, generator=g)
+    out, w_null = checks.reference_attention_with_null(scores, v, null)
+    for b in range(2):
+        for h in range(3):
+            for q in range(4):
+                e = [math.exp(s) for s in scores[b, h, q].tolist()]
+                z = sum(e) + math.exp(null[h].item())
+                assert w_null[b, h, q].item() == pytest.approx(math.exp(null[h].item()) / z, rel=1e-5)
+                for d in range(2):
+                    want = sum(e[k] / z * v[b, h, k, d].item() for k in range(5))
+                    assert out[b, h, q, d].item() == pytest.approx(want, rel=1e-4, abs=1e-6)
+
+
+def test_no_null_is_ordinary_attention_and_a_blind_query_outputs_zero():
+    g = torch.Generator().manual_seed(1)
+    scores, v = torch.randn(1, 2, 3, 3, generator=g), torch.randn(1, 2, 3, 4, generator=g)
+    out, w_null = checks.reference_attention_with_null(scores, v, torch.full((2,), float("-inf")))
+    torch.testing.assert_close(out, torch.softmax(scores, -1) @ v)
+    assert (w_null == 0).all()
+    scores[:, :, 1] = float("-inf")  # query 1 may see nothing: all weight on the null key, output exactly 0
+    out, w_null = checks.reference_attention_with_null(scores, v, torch.zeros(2))
+    assert (out[:, :, 1] == 0).all() and (w_null[:, :, 1] == 1).all()

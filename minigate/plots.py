@@ -47,14 +47,16 @@ def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | 
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
-    for ax, (label, p) in zip(axes.flat[:n], patterns.items(), strict=True):
+    for i, (ax, (label, p)) in enumerate(zip(axes.flat[:n], patterns.items(), strict=True)):
         p = p.detach().float().cpu()
         if p.dim() == 3:
             p = p.mean(0) if head == "mean" else p[head]
         im = ax.imshow(p.numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.set_title(f"{label}\nfirst-token share {p[:, 0].mean():.2f}", fontsize=9)
-        ax.set_xlabel("key position")
-        ax.set_ylabel("query position")
+        if i // cols == rows - 1 or i + cols >= n:  # bottom panel of its column
+            ax.set_xlabel("key position")
+        if i % cols == 0:
+            ax.set_ylabel("query position")
         if tokens is not None and len(tokens) <= 24:
             ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
             ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
@@ -74,6 +76,7 @@ def first_token_share(sinks: dict, threshold: float = 0.3, title: str = "Attenti
         for h in range(s.share.shape[1]):
             ax.scatter((layers + jitter).tolist(), s.share[:, h].tolist(), s=8, color=_color(name, i), alpha=0.35)
     ax.axhline(threshold, color="grey", ls=":", label=f"sink-head threshold {threshold}")
+    ax.set_xticks(range(max(s.share.shape[0] for s in sinks.values())))
     ax.set(xlabel="layer", ylabel="mean attention on position 0", ylim=(0, 1), title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -415,3 +415,54 @@ def attention_with_null(fn: Callable) -> Callable:
          "(with it last, columns 0..k-1)"),
     ]
     return check("attention_with_null", fn, reference_attention_with_null, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
+# ── lesson 03: the next-token loss ───────────────────────────────────────────────────────────────────
+
+def reference_next_token_loss(logits, tokens):
+    """logits (b, t, v) of a model that read tokens (b, t) -> mean cross-entropy of predicting tokens[:, i + 1]
+    from logits[:, i], over the b * (t - 1) predictions (the last position has no next token)."""
+    return _next_token_loss(logits, tokens)
+
+
+def _next_token_loss(logits, tokens, shift="right", divide="mean", norm=-1):
+    """Log-softmax and gather, with switches for the typical mistakes."""
+    if shift == "right":
+        logits, targets = logits[:, :-1], tokens[:, 1:]
+    elif shift == "left":
+        logits, targets = logits[:, 1:], tokens[:, :-1]
+    elif shift == "roll":
+        targets = tokens.roll(-1, dims=1)
+    else:
+        targets = tokens
+    logp = logits.double().log_softmax(norm) if norm is not None else logits.double()
+    nll = -logp.gather(-1, targets[..., None])[..., 0]  # (b, t - 1)
+    if divide == "sum":
+        return nll.sum()
+    return nll.sum() / (tokens.numel() if divide == "all tokens" else nll.numel())
+
+
+def next_token_loss(fn: Callable) -> Callable:
+    """fn(logits (b, t, v), tokens (b, t)) -> scalar mean next-token cross-entropy (nats per predicted token)."""
+    cases = []
+    for i, (b, t, v) in enumerate([(2, 6, 11), (1, 2, 5), (3, 9, 7)]):
+        tokens = torch.randint(0, v, (b, t), generator=torch.Generator().manual_seed(100 + i))
+        cases.append((f"b={b} t={t} vocab={v}", (_randn(b, t, v, seed=i) * 2, tokens)))
+    mistakes = [
+        (lambda lg, tk: _next_token_loss(lg, tk, shift="none"),
+         "no shift: logits[:, i] predict the *next* token, so compare logits[:, :-1] with tokens[:, 1:]"),
+        (lambda lg, tk: _next_token_loss(lg, tk, shift="left"),
+         "shifted the wrong way: position i predicts token i + 1, so drop the *last* logits and the *first* tokens"),
+        (lambda lg, tk: _next_token_loss(lg, tk, shift="roll"),
+         "torch.roll wraps around: the last position would 'predict' the first token; drop it instead "
+         "(t - 1 predictions per row)"),
+        (lambda lg, tk: _next_token_loss(lg, tk, divide="sum"),
+         "a sum, not a mean: average over the b * (t - 1) predictions"),
+        (lambda lg, tk: _next_token_loss(lg, tk, divide="all tokens"),
+         "divide by the number of predictions, b * (t - 1), not by b * t"),
+        (lambda lg, tk: _next_token_loss(lg, tk, norm=None),
+         "logits are not log-probabilities: take log_softmax over the vocabulary first (or use F.cross_entropy)"),
+        (lambda lg, tk: _next_token_loss(lg, tk, norm=1),
+         "log_softmax over the wrong axis: normalise over the vocabulary (the last axis), not over positions"),
+    ]
+    return check("next_token_loss", fn, reference_next_token_loss, cases, mistakes, atol=1e-5, rtol=1e-5)

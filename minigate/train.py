@@ -213,9 +213,9 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainConfig) -> History:
-    if ckpt["model_config"] != model.cfg.to_dict():
-        diff = {k: (v, model.cfg.to_dict().get(k)) for k, v in ckpt["model_config"].items()
-                if model.cfg.to_dict().get(k) != v}
+    saved = type(model.cfg).from_dict(ckpt["model_config"]).to_dict()  # fields added since take defaults
+    if saved != model.cfg.to_dict():
+        diff = {k: (v, model.cfg.to_dict().get(k)) for k, v in saved.items() if model.cfg.to_dict().get(k) != v}
         raise ValueError(f"the checkpoint was trained with another model config, {{field: (checkpoint, "
                          f"yours)}} = {diff}; build the model with the checkpoint's config")
     old = TrainConfig(**ckpt["train_config"])

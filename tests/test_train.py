@@ -85,6 +85,16 @@ def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path):
                 progress=False)
 
 
+def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path):
+    tr, va = _data()
+    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    del ckpt["model_config"]["gate_bias"]  # written by a version without this field: it means the default
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
+    assert h.step[-1] == 3
+
+
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     tr, va = _data()
     model, calls = _model(), {"n": 0}

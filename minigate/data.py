@@ -285,9 +285,18 @@ def get_tokenizer(name_or_path: str | Path | None = None) -> TextTokenizer:
     return TextTokenizer(AutoTokenizer.from_pretrained(name_or_path))
 
 
-def encode(docs, tokenizer: Tokenizer) -> torch.Tensor:
-    """Token ids of the documents, concatenated into one int64 tensor (no separators)."""
+def encode(docs, tokenizer: "Tokenizer | TextTokenizer") -> torch.Tensor:
+    """Token ids of the documents, concatenated into one int64 tensor (no separators). The tokenizer is a
+    `tokenizers.Tokenizer` or a TextTokenizer (get_tokenizer(): minigate's or a transformers one)."""
     docs = [docs] if isinstance(docs, str) else list(docs)
+    if isinstance(tokenizer, TextTokenizer):
+        if tokenizer.is_hf:
+            rows = tokenizer.tok(docs, add_special_tokens=False)["input_ids"]
+            return torch.tensor([i for row in rows for i in row], dtype=torch.long)
+        tokenizer = tokenizer.tok
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"encode needs a tokenizer from minigate.data.get_tokenizer() or load_tokenizer(), "
+                        f"got {type(tokenizer).__name__}")
     ids = [i for enc in tokenizer.encode_batch(docs) for i in enc.ids]
     return torch.tensor(ids, dtype=torch.long)
 

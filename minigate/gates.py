@@ -10,9 +10,9 @@
     compare_gates({"headwise": g_hw, "elementwise": g_ew})  # a table: one row per model or input type
     compare_gates(gate_scores_by_type(model, load_prompts(), tokenizer=tok), ci=True)
 
-Published numbers for the paper's 1B models on WikiText-2 (docs/experiments.md): headwise mean 0.185,
-median 0.141, 36.6% of values < 0.1, 0.15% > 0.9, first token 0.068 vs 0.179 for the others;
-elementwise mean 0.104, median 0.043, 70.4% < 0.1.
+Published numbers for the paper's 1B models on WikiText-2 (third-party analyses; lesson 05 shows them
+with their source): headwise mean 0.185, median 0.141, 36.6% of values < 0.1, 0.15% > 0.9, first token
+0.068 vs 0.179 for the others; elementwise mean 0.104, median 0.043, 70.4% < 0.1.
 
 Definitions. A gate value is *closed* when < CLOSED = 0.1 and *open* when > OPEN = 0.9. A gate
 dimension (one (layer, head, d) of an elementwise gate, one (layer, head) of a headwise gate) is

@@ -11,12 +11,22 @@ import re
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.colors import LogNorm
+from matplotlib.ticker import MaxNLocator
 
 COLORS = {"baseline": "tab:red", "none": "tab:red", "headwise": "tab:blue", "elementwise": "tab:green"}
 
 
 def _color(name: str, i: int):
     return COLORS.get(name, f"C{i}")
+
+
+def _integer_ticks(ax, x: bool = True, y: bool = False):
+    """Layers and heads are whole numbers: no ticks at 0.5."""
+    if x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss"):
@@ -90,6 +100,7 @@ def massive_activations(acts: dict, title: str = "Largest residual activation pe
         ax.plot(range(len(a.max_abs)), a.max_abs.tolist(), "o-", color=_color(name, i),
                 label=f"{name}: M-Act {a.m_act:.1f}, peak {a.peak:.0f}")
     ax.set(xlabel="layer", ylabel="max |residual value|", yscale="log", title=title)
+    _integer_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -125,10 +136,12 @@ def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution o
 
 def gate_head_means(scores: dict, title: str = "Mean gate score per head"):
     """(layer x head) heatmap of the mean gate, one panel per model ({name: GateScores})."""
-    fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.6), squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes[0], scores.items(), strict=True):
-        im = ax.imshow(g.head_means().numpy(), cmap="magma", vmin=0, vmax=1, aspect="auto")
+        im = ax.imshow(g.head_means().numpy(), cmap="magma", vmin=0, vmax=1, aspect="auto")  # (layer, head)
         ax.set(xlabel="head", ylabel="layer", title=name)
+        ax.set_yticks(range(len(g.layers)), g.layers)
+        _integer_ticks(ax)
     fig.colorbar(im, ax=axes.ravel().tolist(), label="mean gate score")
     fig.suptitle(title)
     return fig
@@ -142,6 +155,7 @@ def gate_first_vs_rest(scores: dict, title: str = "Gate on the first token vs th
         ax.plot(g.layers, fr.first.tolist(), "o-", color=_color(name, i), label=f"{name}: first token")
         ax.plot(g.layers, fr.rest.tolist(), "s--", color=_color(name, i), label=f"{name}: other tokens")
     ax.set(xlabel="layer", ylabel="mean gate score", ylim=(0, 1), title=title)
+    _integer_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -187,6 +201,7 @@ def gate_layer_quantiles(scores: dict, title: str = "Gate distribution by depth"
         ax.fill_between(g.layers, q[:, 1].tolist(), q[:, 3].tolist(), color=c, alpha=0.25)
         ax.plot(g.layers, q[:, 2].tolist(), "o-", color=c, label=f"{name}: median, 25-75%, 5-95%")
     ax.set(xlabel="layer", ylabel="gate score", ylim=(0, 1), title=title)
+    _integer_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -205,6 +220,7 @@ def gate_dimension_classes(classes, layers: list[int] | None = None,
         ax.bar(x, shares[:, j].tolist(), bottom=bottom.tolist(), color=color, label=name.replace("_", " "))
         bottom += shares[:, j]
     ax.set(xlabel="layer", ylabel="share of gate dimensions", ylim=(0, 1), title=title)
+    _integer_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -246,13 +262,15 @@ def layer_ablation(results: dict, title: str = "One layer's gates forced open or
     if "learned" in results:
         ax.axhline(results["learned"].ppl, color="g", ls="--", label=f"learned: {results['learned'].ppl:.4g}")
     ax.set(xlabel="layer", ylabel="perplexity", yscale="log", title=title)
+    ax.set_xticks(layers)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def head_ablation(results: dict, title: str = "One head closed at a time: perplexity"):
-    """(layer x head) heatmap from the "L{layer}H{head} closed" entries of a sweep."""
+def head_ablation(results: dict, title: str = "One head closed at a time: perplexity", log: bool = True):
+    """(layer x head) heatmap from the "L{layer}H{head} closed" entries of a sweep; log colour scale
+    by default (one head can cost 10x, another 10,000x)."""
     found = [(int(m[1]), int(m[2]), n) for n in results if (m := re.fullmatch(r"L(\d+)H(\d+) closed", n))]
     if not found:
         raise ValueError("no 'L{layer}H{head} closed' conditions in the results; run ablation.head_conditions")
@@ -261,9 +279,10 @@ def head_ablation(results: dict, title: str = "One head closed at a time: perple
     for L, h, n in found:
         grid[L, h] = results[n].ppl
     fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(2.5, 0.6 * n_layers + 1.5)))
-    im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto")
+    im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto", norm=LogNorm() if log else None)
     ax.set(xlabel="head", ylabel="layer", title=title)
     ax.set_yticks(range(n_layers))
-    fig.colorbar(im, ax=ax, label="perplexity")
+    _integer_ticks(ax)
+    fig.colorbar(im, ax=ax, label="perplexity" + (" (log scale)" if log else ""))
     fig.tight_layout()
     return fig

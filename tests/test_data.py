@@ -74,6 +74,20 @@ def test_shipped_tokenizer():
     assert len(tok.encode(code)) < len(code) / 2  # it learned Python, not just bytes
 
 
+def test_encode_takes_any_tokenizer_the_package_hands_out():
+    from transformers import PreTrainedTokenizerFast
+
+    docs = ["def f(x):\n    return x", "The gate closes. "]
+    tok = data.get_tokenizer()
+    expected = tok.encode(docs[0]) + tok.encode(docs[1])
+    hf = data.TextTokenizer(PreTrainedTokenizerFast(tokenizer_object=tok.tok))  # as a 1B model's tokenizer is
+    for t in (tok.tok, tok, hf):
+        assert data.encode(docs, t).tolist() == expected
+    assert data.encode(docs[1], tok).tolist() == tok.encode(docs[1])
+    with pytest.raises(TypeError, match="get_tokenizer"):
+        data.encode(docs, "gpt2")
+
+
 def _tokens(n=1000):
     return torch.arange(n) % 97 + 1  # no 0: the bos id never occurs in the text
 

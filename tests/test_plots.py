@@ -61,6 +61,16 @@ def test_loss_curves_and_training_metric():
     assert list(fig.axes[0].get_lines()[0].get_ydata()) == [0.1, 0.3]
 
 
+def _whole_ticks(ax, axis="x"):
+    """Layer and head ticks are whole numbers (no 0.5)."""
+    fig = ax.get_figure()
+    fig.canvas.draw()
+    ticks = ax.get_xticks() if axis == "x" else ax.get_yticks()
+    lo, hi = ax.get_xlim() if axis == "x" else sorted(ax.get_ylim())
+    shown = [t for t in ticks if lo <= t <= hi]
+    return len(shown) > 0 and all(float(t).is_integer() for t in shown)
+
+
 def _gated():
     torch.manual_seed(0)
     return {"headwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise")),
@@ -77,7 +87,9 @@ def test_gate_anatomy_figures():
     fig = plots.gate_head_means(scores)
     img = fig.axes[0].get_images()[0].get_array()
     assert torch.allclose(torch.tensor(img.data), scores["headwise"].head_means(), atol=1e-6)
+    assert _whole_ticks(fig.axes[0], "x") and _whole_ticks(fig.axes[0], "y")
     fig = plots.gate_first_vs_rest(scores)
+    assert _whole_ticks(fig.axes[0])
     assert list(fig.axes[0].get_lines()[0].get_ydata()) == pytest.approx(
         scores["headwise"].first_vs_rest(by_layer=True).first.tolist())
     m = scores["elementwise"].token_matrix(0)
@@ -87,7 +99,7 @@ def test_gate_anatomy_figures():
     fig = plots.gate_by_type(table)
     assert [round(p.get_height(), 6) for p in fig.axes[0].patches] == [round(table[k]["mean"], 6) for k in table]
     assert "CI" in fig.axes[0].get_title()
-    plots.gate_layer_quantiles(scores)
+    assert _whole_ticks(plots.gate_layer_quantiles(scores).axes[0])
     fig = plots.gate_dimension_classes(scores["elementwise"].dimension_classes())
     heights = torch.tensor([p.get_height() for p in fig.axes[0].patches]).view(3, 2)
     assert torch.allclose(heights.sum(0).float(), torch.ones(2))  # the three classes fill each layer's bar
@@ -108,7 +120,9 @@ def test_ablation_figures():
     assert fig.axes[0].get_yscale() == "log"
     fig = plots.layer_ablation(res)
     assert len(fig.axes[0].patches) == 4  # 2 layers x (open, closed)
+    assert _whole_ticks(fig.axes[0])
     fig = plots.head_ablation(res)
+    assert _whole_ticks(fig.axes[0]) and fig.axes[0].get_images()[0].norm.__class__.__name__ == "LogNorm"
     grid = fig.axes[0].get_images()[0].get_array()
     assert grid.shape == (2, 4) and grid[1, 3] == pytest.approx(res["L1H3 closed"].ppl)
     with pytest.raises(ValueError, match="head_conditions"):

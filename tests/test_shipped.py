@@ -1,0 +1,41 @@
+"""The checkpoints the course ships (data/checkpoints/): complete, portable, small, and as documented."""
+
+import json
+
+import pytest
+import torch
+
+import minigate
+from minigate import data
+from minigate.pretrained import SHIPPED_DIR
+
+TEXT = ("text-baseline", "text-headwise", "text-elementwise")
+
+
+def test_every_documented_model_is_shipped_and_the_set_fits_the_budget():
+    assert set(minigate.shipped_names()) >= {"copy-baseline", "copy-headwise", "copy-elementwise", *TEXT}
+    size = sum(p.stat().st_size for p in SHIPPED_DIR.rglob("*") if p.is_file())
+    assert size < 30e6, f"data/checkpoints is {size / 1e6:.1f} MB; the budget is 30 MB"
+
+
+@pytest.mark.parametrize("name", minigate.shipped_names())
+def test_shipped_metadata_has_no_machine_paths(name):
+    for f in ("run.json", "history.json"):
+        text = (SHIPPED_DIR / name / f).read_text()
+        assert not any(d in text for d in ("/work/", "/root/", "/home/")), f"{name}/{f} names a machine path"
+
+
+@pytest.mark.parametrize("name", TEXT)
+def test_text_models_match_their_run_and_predict_text(name):
+    model, run = minigate.shipped(name), minigate.shipped_run(name)
+    gate = {"text-baseline": "none", "text-headwise": "headwise", "text-elementwise": "elementwise"}[name]
+    assert run["preset"] == "text" and run["gate"] == gate and run["history"]["step"][-1] == 1500
+    assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
+    tok = data.get_tokenizer(SHIPPED_DIR / name)  # the folder carries its tokenizer: the shipped one
+    assert tok.tok.to_str() == data.get_tokenizer().tok.to_str()
+    ids = data.encode("def add(a, b):\n    return a + b\n\n\nThe river flows into the sea.", tok)
+    x = torch.cat([torch.tensor([tok.bos_id]), ids])[None]
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1])[0], x[0, 1:]).item()
+    assert loss < 6.0, f"{name}: loss {loss:.2f} on plain text; ln(4096) = 8.3 would mean it learned nothing"
+    assert json.loads((SHIPPED_DIR / name / "config.json").read_text())["num_hidden_layers"] == 4

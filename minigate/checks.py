@@ -468,6 +468,147 @@ def next_token_loss(fn: Callable) -> Callable:
     return check("next_token_loss", fn, reference_next_token_loss, cases, mistakes, atol=1e-5, rtol=1e-5)
 
 
+# ── lesson 05: reading the gates, and the first token's gate with a bootstrap CI ─────────────────────
+
+def reference_read_gates(model, tokens, average_dims=False):
+    """The G1 gate scores of every layer: tokens (batch, pos) -> (batch, pos, layer, head) for a headwise model,
+    (batch, pos, layer, head, d_head) for an elementwise one, or with average_dims=True (batch, pos, layer, head)
+    for both (an elementwise gate averaged over each head's dimensions). Read at blocks.{L}.attn.hook_gate (the
+    sigmoid scores), layers in model order 0..n_layers-1 (every layer is gated in the checked models)."""
+    return _read_gates(model, tokens, average_dims)
+
+
+@torch.no_grad()
+def _read_gates(model, tokens, average_dims=False, hook="hook_gate", order="model", layer_axis=2, average="dims"):
+    names = [f"blocks.{L}.attn.{hook}" for L in range(model.cfg.n_layers)]
+    if order == "sorted":  # sorted(cache) puts blocks.10 before blocks.2
+        names = sorted(names)
+    elif order == "reversed":
+        names = names[::-1]
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    gates = torch.stack([cache[n] for n in names], dim=layer_axis)  # (batch, pos, layer, head[, d_head])
+    if average_dims and average == "dims" and gates.dim() == 5:
+        gates = gates.mean(-1)
+    elif average_dims and average == "last":  # also "averages" a headwise gate: over its heads
+        gates = gates.mean(-1)
+    elif average_dims and average == "heads" and gates.dim() == 5:
+        gates = gates.mean(3)
+    return gates
+
+
+def _gated_model(seed: int, granularity: str, n_layers: int = 3):
+    from . import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=n_layers, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
+                      gate="G1", gate_granularity=granularity)
+    return Transformer(cfg).eval()
+
+
+def read_gates(fn: Callable) -> Callable:
+    """fn(model, tokens (batch, pos), average_dims=False) -> stacked gate scores; see reference_read_gates."""
+    tokens = lambda seed: torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(seed))
+    cases = [("headwise, 3 layers", (_gated_model(0, "headwise"), tokens(0), False)),
+             ("elementwise, 3 layers", (_gated_model(1, "elementwise"), tokens(1), False)),
+             ("elementwise, 3 layers, average_dims=True", (_gated_model(1, "elementwise"), tokens(1), True)),
+             ("headwise, average_dims=True (nothing to average)", (_gated_model(0, "headwise"), tokens(0), True)),
+             ("headwise, 12 layers", (_gated_model(2, "headwise", n_layers=12), tokens(2), False))]
+    mistakes = [
+        (lambda m, t, a: _read_gates(m, t, a, hook="hook_gate_logits"),
+         "those are the gate *logits* (hook_gate_logits, any real number); the gate scores are their sigmoid, "
+         "in (0, 1): read blocks.{L}.attn.hook_gate"),
+        (lambda m, t, a: _read_gates(m, t, a, order="sorted"),
+         "the layers are out of order: sorting the names as strings puts blocks.10 before blocks.2; build the "
+         "names in order, for L in range(model.cfg.n_layers)"),
+        (lambda m, t, a: _read_gates(m, t, a, order="reversed"),
+         "the layers are in reverse order: layer 0 comes first on the layer axis"),
+        (lambda m, t, a: _read_gates(m, t, a, layer_axis=1),
+         "the layer axis is in the wrong place: stack the layers on axis 2, (batch, pos, layer, head[, d_head])"),
+        (lambda m, t, a: _read_gates(m, t, a, average="none"),
+         "average_dims=True asks for the mean over each head's d_head dimensions (the last axis) of an "
+         "elementwise gate, giving (batch, pos, layer, head)"),
+        (lambda m, t, a: _read_gates(m, t, a, average="last"),
+         "a headwise gate has no d_head axis: average only a 5-d (elementwise) gate; a headwise one is already "
+         "(batch, pos, layer, head)"),
+        (lambda m, t, a: _read_gates(m, t, a, average="heads"),
+         "that averages over the heads; average over each head's dimensions (the last axis) instead"),
+    ]
+    return check("read_gates", fn, reference_read_gates, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
+def reference_first_rest_ratio(per_prompt, seed=0):
+    """per_prompt: a list of (pos,) tensors, the gate score of every token of one prompt (position 0: the first
+    token) -> (ratio, low, high): the mean gate on the first tokens divided by the mean gate on every later token
+    (pooled over all later tokens, so a long prompt counts more), and its 95% percentile bootstrap interval
+    that resamples whole prompts (stats.bootstrap_ci: 1000 resamples drawn with `seed`)."""
+    return _first_rest_ratio(per_prompt, seed)
+
+
+def _first_rest_ratio(per_prompt, seed=0, ratio="pooled", first_in_rest=False, unit="prompt", invert=False,
+                      fixed_seed=False):
+    from .stats import bootstrap_ci
+
+    seed = 0 if fixed_seed else seed
+    start = 0 if first_in_rest else 1
+    if unit == "token":  # every token a unit: (token, 2) = (is first, gate)
+        rows = torch.cat([torch.stack([torch.arange(len(p)) == 0, p.double()], 1).double() for p in per_prompt])
+
+        def stat(x, dim):
+            first, g = x.unbind(-1)
+            f, r = (g * first).sum(dim) / first.sum(dim), (g * (1 - first)).sum(dim) / (1 - first).sum(dim)
+            return r / f if invert else f / r
+
+        return tuple(bootstrap_ci(rows, stat=stat, seed=seed))
+    n_rest = lambda p: torch.tensor(len(p) - start, dtype=torch.float64)
+    units = torch.stack([torch.stack([p[0].double(), p[start:].double().sum(), n_rest(p)])
+                         for p in per_prompt])  # (prompt, 3): first gate, sum and number of the later gates
+
+    def stat(x, dim):
+        f, s, n = x.unbind(-1)
+        if ratio == "per_prompt":
+            r = f / (s / n)
+            return (1 / r).mean(dim) if invert else r.mean(dim)
+        rest = (s / n).mean(dim) if ratio == "prompt_means" else s.sum(dim) / n.sum(dim)
+        return rest / f.mean(dim) if invert else f.mean(dim) / rest
+
+    return tuple(bootstrap_ci(units, stat=stat, seed=seed))
+
+
+def first_rest_ratio(fn: Callable) -> Callable:
+    """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high); see reference_first_rest_ratio."""
+    def prompts(seed, n, max_len):
+        g = torch.Generator().manual_seed(seed)
+        lengths = torch.randint(3, max_len + 1, (n,), generator=g).tolist()
+        out = []
+        for length in lengths:
+            p = torch.sigmoid(torch.randn(length, generator=g) - 1)  # gate scores in (0, 1)
+            p[0] = p[0] * 0.4  # a first token with a lower gate, as in the paper
+            out.append(p)
+        return out
+
+    cases = [("12 prompts of 3-12 tokens, seed 0", (prompts(0, 12, 12), 0)),
+             ("20 prompts of 3-30 tokens, seed 1", (prompts(1, 20, 30), 1)),
+             ("3 prompts, seed 2", (prompts(2, 3, 8), 2))]
+    mistakes = [
+        (lambda p, s: _first_rest_ratio(p, s, invert=True),
+         "the ratio is upside down: first-token mean / later-token mean (below 1 when the first token is gated more)"),
+        (lambda p, s: _first_rest_ratio(p, s, first_in_rest=True),
+         "the 'rest' includes the first token: average the gates at positions 1.. only"),
+        (lambda p, s: _first_rest_ratio(p, s, ratio="per_prompt"),
+         "that is the mean of per-prompt ratios; take the ratio of the two means instead (first-token mean over "
+         "prompts / later-token mean pooled over every later token)"),
+        (lambda p, s: _first_rest_ratio(p, s, ratio="prompt_means"),
+         "the later tokens' mean weights every prompt equally; pool them: (sum of all later gates) / (number of "
+         "later tokens), so a long prompt counts more, as the published numbers do"),
+        (lambda p, s: _first_rest_ratio(p, s, unit="token"),
+         "that resamples tokens; tokens of one prompt are not independent: resample whole prompts (one row per "
+         "prompt holding its first gate, the sum of its later gates and their number)"),
+        (lambda p, s: _first_rest_ratio(p, s, fixed_seed=True),
+         "the interval ignores `seed`: pass it on (bootstrap_ci(..., seed=seed))"),
+    ]
+    return check("first_rest_ratio", fn, reference_first_rest_ratio, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
 # ── lesson 06: a gate-override hook, and layers ranked by the damage their override does ─────────────
 
 def reference_gate_override(model, layer, value, head=None):
@@ -628,3 +769,116 @@ def rank_layers(fn: Callable) -> Callable:
          "layer numbers can have two digits ('L10 open'): parse all of them, e.g. int(name[1:].split()[0])"),
     ]
     return check("rank_layers", fn, reference_rank_layers, cases, mistakes, atol=1e-9, rtol=1e-9)
+
+
+# ── lesson 08: loss spikes, and Qwen3-Next's gated q_proj in minigate's layout ───────────────────────
+
+def reference_loss_spikes(losses, factor, window):
+    """The 1-based steps whose loss is above `factor` times the mean of the `window` losses just before it;
+    a step needs `window` earlier losses to be judged (what train() records in History.spikes)."""
+    x = torch.as_tensor(losses, dtype=torch.float64)
+    if x.numel() <= window:
+        return []
+    csum = torch.cat([torch.zeros(1, dtype=torch.float64), x.cumsum(0)])
+    i = torch.arange(window, x.numel())  # 0-based indices with `window` predecessors
+    mean_before = (csum[i] - csum[i - window]) / window
+    return (i[x[i] > factor * mean_before] + 1).tolist()
+
+
+def _loss_spikes(losses, factor, window, *, one_based=True, include_self=False, partial=False, all_previous=False):
+    """Plain loop with switches for the typical mistakes."""
+    out = []
+    for i, loss in enumerate(losses):
+        before = losses[max(0, i + 1 - window): i + 1] if include_self else losses[:i] if all_previous \
+            else losses[max(0, i - window): i]
+        if not before or (i < window and not partial):
+            continue
+        if loss > factor * sum(before) / len(before):
+            out.append(i + 1 if one_based else i)
+    return out
+
+
+def loss_spikes(fn: Callable) -> Callable:
+    """fn(losses: list of floats, factor, window) -> list of the 1-based steps that are loss spikes."""
+    def curve(seed, n, spikes, decay=0.02, noise=0.05):  # spikes: {step (1-based): height factor}
+        base = 2.0 + 6.0 * torch.exp(-decay * torch.arange(n, dtype=torch.float64))
+        for step, height in spikes.items():
+            base[step - 1] *= height
+        return (base + _randn(n, seed=seed).double() * noise).tolist()
+
+    cases = [("120 steps, spikes at 40 and 90, factor 1.5, window 20", (curve(0, 120, {40: 2, 90: 2}), 1.5, 20)),
+             ("a spike at step 4, inside the first window", (curve(1, 60, {4: 1.6, 30: 1.6}), 1.3, 10)),
+             ("fast early decline, two spikes in a row",
+              (curve(2, 50, {12: 1.5, 13: 1.5, 35: 1.5}, decay=0.15), 1.2, 5)),
+             ("a small spike (1.25x) at factor 1.2", (curve(3, 40, {25: 1.25}, decay=0.0, noise=0.01), 1.2, 5)),
+             ("no spikes", (curve(4, 40, {}), 1.5, 10))]
+    wrap = lambda f: lambda *a: torch.tensor([int(s) for s in f(*a)], dtype=torch.long)
+    mistakes = [
+        (wrap(lambda *a: _loss_spikes(*a, one_based=False)),
+         "steps are 1-based, as in History.step: the first loss is step 1, so losses[i] is step i + 1"),
+        (wrap(lambda *a: _loss_spikes(*a, include_self=True)),
+         "the running mean is over the `window` losses *before* the step; including the step's own loss dampens "
+         "the spike it should reveal"),
+        (wrap(lambda *a: _loss_spikes(*a, partial=True)),
+         "no step is judged before `window` earlier losses exist: steps 1..window are never spikes"),
+        (wrap(lambda *a: _loss_spikes(*a, all_previous=True)),
+         "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
+         "training, so an old mean is too high and hides spikes"),
+    ]
+    reference = wrap(reference_loss_spikes)
+    result = check("loss_spikes", wrap(fn), reference, cases, mistakes, atol=0, rtol=0)
+    return reference_loss_spikes if result is reference else fn
+
+
+def reference_qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim):
+    """Qwen3-Next's q_proj weight (n_heads * 2 * head_dim, d_model), whose rows come per query head as
+    [query_h | gate_h], -> minigate's G1 elementwise layout: per kv head, [queries of its group | their gates]."""
+    g, D = n_heads // n_kv_heads, head_dim
+    rows = []
+    for kv in range(n_kv_heads):
+        heads = range(kv * g, (kv + 1) * g)  # the query heads that share kv head `kv`
+        rows += [h * 2 * D + i for h in heads for i in range(D)]  # their queries: first half of each head's rows
+        rows += [h * 2 * D + D + i for h in heads for i in range(D)]  # then their gates: the second half
+    return weight[rows]
+
+
+def _qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim, *, source="per head", gate_first=False,
+                       group="(kv g)", target="per kv group"):
+    """einops version with switches for the typical mistakes."""
+    two = "(two h d)" if source == "all queries first" else "(h two d)"
+    w = rearrange(weight, f"{two} m -> h two d m", two=2, h=n_heads)
+    if gate_first:
+        w = w.flip(1)
+    if target == "unchanged":
+        return weight
+    if target == "all queries first":
+        return rearrange(w, "h two d m -> (two h d) m")
+    w = rearrange(w, f"{group} two d m -> kv two g d m", kv=n_kv_heads)
+    return rearrange(w, "kv two g d m -> (kv two g d) m")
+
+
+def qwen3_next_q_proj(fn: Callable) -> Callable:
+    """fn(weight (n_heads * 2 * head_dim, d_model), n_heads, n_kv_heads, head_dim) -> the same rows reordered
+    into minigate's per-kv-group G1 elementwise layout (see reference_qwen3_next_q_proj)."""
+    shapes = [(4, 2, 4, 8), (6, 3, 2, 4), (8, 2, 2, 3), (4, 1, 4, 8)]  # (heads, kv heads, head_dim, d_model)
+    cases = [(f"h={H} kv={K} d={D}", (_randn(H * 2 * D, M, seed=i), H, K, D)) for i, (H, K, D, M) in enumerate(shapes)]
+    mistakes = [
+        (lambda *a: _qwen3_next_q_proj(*a, target="unchanged"),
+         "the rows need reordering: Qwen3-Next has per query head [query_h | gate_h], minigate per kv head "
+         "[queries of its group heads | gates of those heads]"),
+        (lambda *a: _qwen3_next_q_proj(*a, gate_first=True),
+         "in each head's 2 * head_dim rows Qwen3-Next puts the query first, then the gate (torch.chunk(..., 2) "
+         "returns query_states, gate)"),
+        (lambda *a: _qwen3_next_q_proj(*a, source="all queries first"),
+         "Qwen3-Next's rows are not [all queries | all gates]: its forward views q_proj's output as "
+         "(..., n_heads, 2 * head_dim), so each head's query and gate rows sit together"),
+        (lambda *a: _qwen3_next_q_proj(*a, target="all queries first"),
+         "the gates go after the queries of their own kv group, not after all queries (the two agree only "
+         "when n_kv_heads = 1)"),
+        (lambda *a: _qwen3_next_q_proj(*a, group="(g kv)"),
+         "query head h shares kv head h // (n_heads // n_kv_heads): consecutive heads form a group, heads are "
+         "not dealt out to the kv heads in turn"),
+    ]
+    return check("qwen3_next_q_proj", fn, reference_qwen3_next_q_proj, cases, mistakes, atol=0, rtol=0)
+
+

@@ -91,7 +91,8 @@ def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path):
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     del ckpt["model_config"]["gate_bias"]  # written by a version without this field: it means the default
     torch.save(ckpt, tmp_path / "checkpoint.pt")
-    h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
+    with pytest.warns(UserWarning, match="changed steps"):  # a longer run: told, and allowed
+        h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
     assert h.step[-1] == 3
 
 

@@ -274,14 +274,14 @@ def head_ablation(results: dict, title: str = "One head closed at a time: perple
     found = [(int(m[1]), int(m[2]), n) for n in results if (m := re.fullmatch(r"L(\d+)H(\d+) closed", n))]
     if not found:
         raise ValueError("no 'L{layer}H{head} closed' conditions in the results; run ablation.head_conditions")
-    n_layers, n_heads = max(f[0] for f in found) + 1, max(f[1] for f in found) + 1
-    grid = torch.full((n_layers, n_heads), float("nan"))
+    layers, n_heads = sorted({f[0] for f in found}), max(f[1] for f in found) + 1  # only the layers swept
+    grid = torch.full((len(layers), n_heads), float("nan"))  # (layer, head)
     for L, h, n in found:
-        grid[L, h] = results[n].ppl
-    fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(2.5, 0.6 * n_layers + 1.5)))
+        grid[layers.index(L), h] = results[n].ppl
+    fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(2.5, 0.6 * len(layers) + 1.5)))
     im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto", norm=LogNorm() if log else None)
     ax.set(xlabel="head", ylabel="layer", title=title)
-    ax.set_yticks(range(n_layers))
+    ax.set_yticks(range(len(layers)), layers)
     _integer_ticks(ax)
     fig.colorbar(im, ax=ax, label="perplexity" + (" (log scale)" if log else ""))
     fig.tight_layout()

@@ -125,5 +125,8 @@ def test_ablation_figures():
     assert _whole_ticks(fig.axes[0]) and fig.axes[0].get_images()[0].norm.__class__.__name__ == "LogNorm"
     grid = fig.axes[0].get_images()[0].get_array()
     assert grid.shape == (2, 4) and grid[1, 3] == pytest.approx(res["L1H3 closed"].ppl)
+    only = {n: r for n, r in res.items() if n.startswith("L1H")}  # heads of layer 1 only: one row, labelled 1
+    ax = plots.head_ablation(only).axes[0]
+    assert ax.get_images()[0].get_array().shape == (1, 4) and [t.get_text() for t in ax.get_yticklabels()] == ["1"]
     with pytest.raises(ValueError, match="head_conditions"):
         plots.head_ablation({"learned": res["learned"]})

@@ -1,0 +1,91 @@
+"""Variable-length marked copy: the copy preset without any need to count positions.
+
+A row is <bos>, a_1..a_L (L random: 4 + a geometric number, so the separator is equally likely after
+every symbol and its position carries no information), <sep>, then the random part again shifted into
+b = a + N, repeated with separators until the row is full. The copy offset L + 1 changes from row to
+row, so it must be found by content (an induction head), not by a fixed RoPE offset, and no head
+needs <bos> as a position counter. A token's own range (a or b) still says whether there is anything
+to copy. Everything else is the `copy` preset (2 layers, d64, 4 x 16, 5000 steps of 32 rows).
+
+    python research/vl.py gate=none|headwise|elementwise [seed=0] [steps=5000] [p=0.05] [T=64] [B=32] [threads=2]
+"""
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from minigate import Transformer  # noqa: E402
+from minigate.analysis import attention_sink, massive_activations, sink_tracker  # noqa: E402
+from minigate.train import PRESETS, model_config, train  # noqa: E402
+
+args = dict(a.split("=") for a in sys.argv[1:])
+gate, seed, steps = args.get("gate", "none"), int(args.get("seed", 0)), int(args.get("steps", 5000))
+p, N, T, B = float(args.get("p", 0.05)), 64, int(args.get("T", 64)), int(args.get("B", 32))
+torch.set_num_threads(int(args.get("threads", 2)))
+SEP = 2 * N + 1
+
+
+def rows(n: int, seed: int) -> torch.Tensor:
+    """(n, T + 1) rows and a mask (n, T + 1) that is True from the separator on (queries with something to copy)."""
+    g = torch.Generator().manual_seed(seed)
+    out, copy = torch.zeros(n, T + 1, dtype=torch.long), torch.zeros(n, T + 1, dtype=torch.bool)
+    lengths = 4 + torch.distributions.Geometric(probs=torch.tensor(p)).sample((n,)).long()  # uses torch's RNG
+    lengths = lengths.clamp(max=T - 8)
+    for i, L in enumerate(lengths.tolist()):
+        a = torch.randint(1, N + 1, (L,), generator=g)
+        seq = [0, *a.tolist(), SEP]
+        while len(seq) < T + 1:
+            seq += [*(a + N).tolist(), SEP]
+        out[i] = torch.tensor(seq[: T + 1])
+        copy[i, L + 1:] = True  # the separator and everything after it: queries with something to fetch
+    return out, copy
+
+
+torch.manual_seed(1000 + seed)  # the lengths
+train_rows, _ = rows(40_000, 1)
+val_rows, _ = rows(512, 2)
+probe, probe_copy = rows(256, 3)
+x_probe = probe[:, :T]
+
+preset = PRESETS["copy"]
+cfg = dataclasses.replace(preset.train, steps=steps, seed=seed, seq_len=T, batch_size=B)
+torch.manual_seed(seed)
+model = Transformer(dataclasses.replace(model_config("copy", gate), max_seq_len=T))
+out = Path(args.get("out", f"/work/runs/vl-{gate}-s{seed}"))
+t0 = time.time()
+hist = train(model, train_rows, val_rows, cfg, out_dir=out, resume=(out / "checkpoint.pt").exists(),
+             progress=False, callback=sink_tracker(x_probe[:64]))
+model.eval()
+
+# -- measure on 256 held-out rows ---------------------------------------------------------------------------
+sink, act = attention_sink(model, x_probe), massive_activations(model, x_probe)
+q_copy = probe_copy[:, :T]  # (row, pos): the query token is in the copy part
+_, cache = model.run_with_cache(x_probe, names_filter=lambda n: n.endswith(("hook_pattern", "hook_gate")))
+logits = model(x_probe)
+pred = logits.argmax(-1)
+y = probe[:, 1:]
+copy_target = probe_copy[:, 1:] & (y != SEP)
+acc = (pred == y)[copy_target].float().mean().item()
+res = dict(gate=gate, seed=seed, steps=steps, p=p, T=T, B=B, minutes=(time.time() - t0) / 60,
+           val_loss=hist.val_loss[-1], f_attn=sink.f_attn, per_layer=sink.per_layer.tolist(), n_sink=sink.n_sink_heads,
+           share=sink.share.tolist(), m_act=act.m_act, peak=act.peak, copy_acc=acc, heads=[])
+rand = ~q_copy
+rand[:, 0] = False
+for L in range(model.cfg.n_layers):
+    pat = cache[f"blocks.{L}.attn.hook_pattern"][..., 0]  # (row, head, query): attention on <bos>
+    for h in range(model.cfg.n_heads):
+        row = dict(layer=L, head=h, bos_rand=pat[:, h][rand].mean().item(), bos_copy=pat[:, h][q_copy].mean().item())
+        if gate != "none":
+            gt = cache[f"blocks.{L}.attn.hook_gate"]  # (row, pos, head[, d_head])
+            gt = gt[:, :, h] if gt.dim() == 3 else gt[:, :, h].mean(-1)
+            row.update(gate_rand=gt[rand].mean().item(), gate_copy=gt[q_copy].mean().item())
+        res["heads"].append(row)
+print(json.dumps({k: v for k, v in res.items() if k not in ("heads", "share")}))
+for r in res["heads"]:
+    print("  L{layer} H{head}: bos on random {bos_rand:.2f}, on copy {bos_copy:.2f}".format(**r)
+          + ("; gate random {gate_rand:.2f}, copy {gate_copy:.2f}".format(**r) if "gate_rand" in r else ""))
+(out / "result.json").write_text(json.dumps(res, indent=1))

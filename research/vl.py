@@ -55,7 +55,7 @@ preset = PRESETS["copy"]
 cfg = dataclasses.replace(preset.train, steps=steps, seed=seed, seq_len=T, batch_size=B)
 torch.manual_seed(seed)
 model = Transformer(dataclasses.replace(model_config("copy", gate), max_seq_len=T))
-out = Path(args.get("out", f"/work/runs/vl-{gate}-s{seed}"))
+out = Path(args.get("out", f"runs/vl-{gate}-s{seed}"))  # resumes if it holds a checkpoint
 t0 = time.time()
 hist = train(model, train_rows, val_rows, cfg, out_dir=out, resume=(out / "checkpoint.pt").exists(),
              progress=False, callback=sink_tracker(x_probe[:64]))

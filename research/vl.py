@@ -8,6 +8,10 @@ needs <bos> as a position counter. A token's own range (a or b) still says wheth
 to copy. Everything else is the `copy` preset (2 layers, d64, 4 x 16, 5000 steps of 32 rows).
 
     python research/vl.py gate=none|headwise|elementwise [seed=0] [steps=5000] [p=0.05] [T=64] [B=32] [threads=2]
+        [task=vl|copy] [FIELD=VALUE ...]
+
+task=copy runs the shipped `copy` preset's fixed-length task (data.copy_task) through the same measurements.
+Any other FIELD=VALUE sets a ModelConfig or TrainConfig field (qk_norm=0, weight_decay=0.5, n_layers=4, ...).
 """
 import dataclasses
 import json
@@ -20,9 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minigate import Transformer  # noqa: E402
 from minigate.analysis import attention_sink, massive_activations, sink_tracker  # noqa: E402
+from minigate.data import copy_task  # noqa: E402
 from minigate.train import PRESETS, model_config, train  # noqa: E402
 
 args = dict(a.split("=") for a in sys.argv[1:])
+task = args.pop("task", "vl")
 gate, seed, steps = args.get("gate", "none"), int(args.get("seed", 0)), int(args.get("steps", 5000))
 p, N, T, B = float(args.get("p", 0.05)), 64, int(args.get("T", 64)), int(args.get("B", 32))
 torch.set_num_threads(int(args.get("threads", 2)))
@@ -45,6 +51,16 @@ def rows(n: int, seed: int) -> torch.Tensor:
     return out, copy
 
 
+def copy_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed-length copy task (separator after T // 2 symbols), with the same mask as rows()."""
+    out = copy_task(n, T, N, seed)
+    copy = torch.zeros_like(out, dtype=torch.bool)
+    copy[:, T // 2 + 1:] = True
+    return out, copy
+
+
+if task == "copy":
+    rows = copy_rows  # noqa: F811
 torch.manual_seed(1000 + seed)  # the lengths
 train_rows, _ = rows(40_000, 1)
 val_rows, _ = rows(512, 2)
@@ -53,9 +69,18 @@ x_probe = probe[:, :T]
 
 preset = PRESETS["copy"]
 cfg = dataclasses.replace(preset.train, steps=steps, seed=seed, seq_len=T, batch_size=B)
+mcfg = dataclasses.replace(model_config("copy", gate), max_seq_len=T)
+known = ("gate", "seed", "steps", "p", "T", "B", "threads", "out")
+over = {"model": {}, "train": {}}  # FIELD=VALUE overrides, applied together (n_heads and n_kv_heads, say)
+for name, value in ((k, v) for k, v in args.items() if k not in known):
+    target = mcfg if hasattr(mcfg, name) else cfg
+    kind = type(getattr(target, name))  # AttributeError: no such ModelConfig or TrainConfig field
+    over["model" if target is mcfg else "train"][name] = value in ("1", "true", "True") if kind is bool else kind(value)
+mcfg, cfg = dataclasses.replace(mcfg, **over["model"]), dataclasses.replace(cfg, **over["train"])
 torch.manual_seed(seed)
-model = Transformer(dataclasses.replace(model_config("copy", gate), max_seq_len=T))
-out = Path(args.get("out", f"runs/vl-{gate}-s{seed}"))  # resumes if it holds a checkpoint
+model = Transformer(mcfg)
+tag = "".join(f"-{k}{v}" for k, v in args.items() if k not in known) + (f"-{steps}" if steps != 5000 else "")
+out = Path(args.get("out", f"runs/{task}-{gate}-s{seed}{tag}"))  # resumes if it holds a checkpoint
 t0 = time.time()
 hist = train(model, train_rows, val_rows, cfg, out_dir=out, resume=(out / "checkpoint.pt").exists(),
              progress=False, callback=sink_tracker(x_probe[:64]))
@@ -70,15 +95,24 @@ pred = logits.argmax(-1)
 y = probe[:, 1:]
 copy_target = probe_copy[:, 1:] & (y != SEP)
 acc = (pred == y)[copy_target].float().mean().item()
-res = dict(gate=gate, seed=seed, steps=steps, p=p, T=T, B=B, minutes=(time.time() - t0) / 60,
+overrides = {k: v for k, v in args.items() if k not in known}
+res = dict(task=task, overrides=overrides, gate=gate, seed=seed, steps=steps, p=p, T=T, B=B,
+           minutes=(time.time() - t0) / 60,
            val_loss=hist.val_loss[-1], f_attn=sink.f_attn, per_layer=sink.per_layer.tolist(), n_sink=sink.n_sink_heads,
            share=sink.share.tolist(), m_act=act.m_act, peak=act.peak, copy_acc=acc, heads=[])
 rand = ~q_copy
 rand[:, 0] = False
+lengths = probe_copy.float().argmax(1) - 1  # (row,): L, the random part's length
+pos = torch.arange(T)
+target = pos[None, :] - lengths[:, None]  # (row, query): the token after the previous occurrence (offset L)
+ind_mask = q_copy & (target >= 1)
 for L in range(model.cfg.n_layers):
     pat = cache[f"blocks.{L}.attn.hook_pattern"][..., 0]  # (row, head, query): attention on <bos>
     for h in range(model.cfg.n_heads):
-        row = dict(layer=L, head=h, bos_rand=pat[:, h][rand].mean().item(), bos_copy=pat[:, h][q_copy].mean().item())
+        full = cache[f"blocks.{L}.attn.hook_pattern"][:, h]  # (row, query, key)
+        on_target = full.gather(-1, target.clamp(min=0)[..., None])[..., 0]  # (row, query)
+        row = dict(layer=L, head=h, bos_rand=pat[:, h][rand].mean().item(), bos_copy=pat[:, h][q_copy].mean().item(),
+                   induction=on_target[ind_mask].mean().item())
         if gate != "none":
             gt = cache[f"blocks.{L}.attn.hook_gate"]  # (row, pos, head[, d_head])
             gt = gt[:, :, h] if gt.dim() == 3 else gt[:, :, h].mean(-1)
@@ -86,6 +120,7 @@ for L in range(model.cfg.n_layers):
         res["heads"].append(row)
 print(json.dumps({k: v for k, v in res.items() if k not in ("heads", "share")}))
 for r in res["heads"]:
-    print("  L{layer} H{head}: bos on random {bos_rand:.2f}, on copy {bos_copy:.2f}".format(**r)
+    print("  L{layer} H{head}: bos on random {bos_rand:.2f}, on copy {bos_copy:.2f}, "
+          "induction {induction:.2f}".format(**r)
           + ("; gate random {gate_rand:.2f}, copy {gate_copy:.2f}".format(**r) if "gate_rand" in r else ""))
 (out / "result.json").write_text(json.dumps(res, indent=1))

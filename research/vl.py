@@ -8,10 +8,12 @@ needs <bos> as a position counter. A token's own range (a or b) still says wheth
 to copy. Everything else is the `copy` preset (2 layers, d64, 4 x 16, 5000 steps of 32 rows).
 
     python research/vl.py gate=none|headwise|elementwise [seed=0] [steps=5000] [p=0.05] [T=64] [B=32] [threads=2]
-        [task=vl|copy] [FIELD=VALUE ...]
+        [task=vl|copy] [first=bos|random] [FIELD=VALUE ...]
 
 task=copy runs the shipped `copy` preset's fixed-length task (data.copy_task) through the same measurements.
-Any other FIELD=VALUE sets a ModelConfig or TrainConfig field (qk_norm=0, weight_decay=0.5, n_layers=4, ...).
+first=random puts one of 16 filler ids at position 0 instead of <bos> (the paper's packed documents have no
+fixed first token). Any other FIELD=VALUE sets a ModelConfig or TrainConfig field (qk_norm=0, weight_decay=0.5,
+n_layers=4, ...).
 """
 import dataclasses
 import json
@@ -61,16 +63,28 @@ def copy_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 if task == "copy":
     rows = copy_rows  # noqa: F811
+FIRST = args.get("first", "bos")  # "random": no <bos>; position 0 holds one of 16 filler ids instead
+N_FILL = 16
+
+
+def first_token(r: torch.Tensor, seed: int) -> torch.Tensor:
+    if FIRST == "random":  # ids 2N + 2 .. 2N + 17: never copied, never predicted from context
+        r[:, 0] = torch.randint(2 * N + 2, 2 * N + 2 + N_FILL, (len(r),), generator=torch.Generator().manual_seed(seed))
+    return r
+
+
 torch.manual_seed(1000 + seed)  # the lengths
-train_rows, _ = rows(40_000, 1)
-val_rows, _ = rows(512, 2)
+train_rows = first_token(rows(40_000, 1)[0], 11)
+val_rows = first_token(rows(512, 2)[0], 12)
 probe, probe_copy = rows(256, 3)
+probe = first_token(probe, 13)
 x_probe = probe[:, :T]
 
 preset = PRESETS["copy"]
 cfg = dataclasses.replace(preset.train, steps=steps, seed=seed, seq_len=T, batch_size=B)
-mcfg = dataclasses.replace(model_config("copy", gate), max_seq_len=T)
-known = ("gate", "seed", "steps", "p", "T", "B", "threads", "out")
+mcfg = dataclasses.replace(model_config("copy", gate), max_seq_len=T,
+                           vocab_size=2 * N + 2 + (N_FILL if FIRST == "random" else 0))
+known = ("gate", "seed", "steps", "p", "T", "B", "threads", "out", "first")
 over = {"model": {}, "train": {}}  # FIELD=VALUE overrides, applied together (n_heads and n_kv_heads, say)
 for name, value in ((k, v) for k, v in args.items() if k not in known):
     target = mcfg if hasattr(mcfg, name) else cfg
@@ -80,6 +94,7 @@ mcfg, cfg = dataclasses.replace(mcfg, **over["model"]), dataclasses.replace(cfg,
 torch.manual_seed(seed)
 model = Transformer(mcfg)
 tag = "".join(f"-{k}{v}" for k, v in args.items() if k not in known) + (f"-{steps}" if steps != 5000 else "")
+tag += "-nobos" if FIRST == "random" else ""
 out = Path(args.get("out", f"runs/{task}-{gate}-s{seed}{tag}"))  # resumes if it holds a checkpoint
 t0 = time.time()
 hist = train(model, train_rows, val_rows, cfg, out_dir=out, resume=(out / "checkpoint.pt").exists(),

@@ -425,6 +425,16 @@ PRESETS: dict[str, Preset] = {
                    max_seq_len=64),
         train=TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
                           eval_batches=0, ckpt_every=500)),
+    # ~0.15M parameters; the variable-length induction copy with no <bos> (data.induction_task): a
+    # baseline grows a sink head on the (random) first token, gated models do not; 15000 steps x 2k
+    # tokens, about 9 minutes on 2 CPU cores
+    "induction": Preset(
+        about="the sink demonstration without <bos>: the induction copy, ~9 minutes on 2 CPU cores",
+        corpus="induction",
+        model=dict(vocab_size=146, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=256,
+                   max_seq_len=64),
+        train=TrainConfig(steps=15000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
+                          eval_batches=0, ckpt_every=500)),
     # ~1.3M parameters; the course's natural-text checkpoints (data/checkpoints/text-*): python-stdlib +
     # WikiText-2, 1500 steps x 4k tokens, about 15 minutes per model on 2 CPU cores
     "text": Preset(

@@ -46,6 +46,38 @@ def test_copy_tokenizer_round_trips_and_names_the_fix():
         tok.encode("a1 c3")
 
 
+def test_induction_rows_repeat_a_random_part_of_varying_length_after_a_random_first_token():
+    N, T = 10, 40
+    rows = data.induction_task(200, seq_len=T, n_symbols=N, n_first=4, p=0.2, seed=4)
+    assert rows.shape == (200, T + 1)
+    assert rows[:, 0].min() >= 2 * N + 2 and rows[:, 0].max() <= 2 * N + 5  # one of the 4 first-token ids
+    assert len(rows[:, 0].unique()) == 4
+    lengths = []
+    for row in rows.tolist():
+        L = row.index(2 * N + 1) - 1  # the first separator ends the random part
+        a = row[1: L + 1]
+        assert 4 <= L <= T - 8 and all(1 <= s <= N for s in a)
+        cycle = [2 * N + 1] + [s + N for s in a]  # sep, b_1..b_L, again and again
+        assert row[L + 1:] == (cycle * T)[: T - L], row
+        lengths.append(L)
+    assert len(set(lengths)) > 5, "the copy offset must change from row to row"
+    assert abs(sum(lengths) / len(lengths) - (4 + 0.8 / 0.2)) < 1.0  # 4 + a geometric number, mean 4 + (1-p)/p
+    assert torch.equal(rows, data.induction_task(200, seq_len=T, n_symbols=N, n_first=4, p=0.2, seed=4))
+    assert not torch.equal(rows, data.induction_task(200, seq_len=T, n_symbols=N, n_first=4, p=0.2, seed=5))
+    assert (data.induction_task(5, seq_len=T, n_symbols=N, n_first=0)[:, 0] == 0).all()  # n_first=0: <bos>
+    with pytest.raises(ValueError, match="seq_len >= 12"):
+        data.induction_task(3, seq_len=8)
+
+
+def test_copy_tokenizer_names_the_induction_first_tokens():
+    tok = data.CopyTokenizer(n_first=16)
+    row = data.induction_task(1)[0].tolist()
+    assert tok.vocab_size == 146 and tok.encode(tok.decode(row)) == row
+    assert tok.decode(row).startswith("f") and tok.encode("f2 a3 a17 | b3") == [131, 3, 17, 129, 67]
+    with pytest.raises(ValueError, match="first tokens f1..f16"):
+        tok.encode("f17")
+
+
 def test_a_small_model_learns_the_copy_half():
     torch.manual_seed(0)
     cfg = minigate.ModelConfig(vocab_size=22, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64,
@@ -71,6 +103,17 @@ def test_cli_copy_preset_writes_a_model_without_tokenizer(tmp_path, capsys):
     assert not (out / "model" / "tokenizer.json").exists()
     assert main(["eval", str(out)]) == 0
     assert "copy held-out split, 32,768 tokens" in capsys.readouterr().out
+
+
+def test_cli_induction_preset_trains_on_rows_with_a_random_first_token(tmp_path, capsys):
+    out = tmp_path / "induction"
+    assert main(["train", "--preset", "induction", "--gate", "elementwise", "--out", str(out), "--steps", "3",
+                 "--quiet", "--threads", "1"]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["corpus"] == "induction" and run["model"]["vocab_size"] == 146 and run["tokenizer"] is None
+    assert json.loads((out / "history.json").read_text())["step"][-1] == 3
+    assert main(["eval", str(out)]) == 0
+    assert "induction held-out split, 32,768 tokens" in capsys.readouterr().out
 
 
 def test_shipped_copy_models_load_and_the_baseline_has_a_sink_head():

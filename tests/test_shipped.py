@@ -10,10 +10,11 @@ from minigate import data
 from minigate.pretrained import SHIPPED_DIR
 
 TEXT = ("text-baseline", "text-headwise", "text-elementwise")
+INDUCTION = ("induction-baseline", "induction-headwise", "induction-elementwise")
 
 
 def test_every_documented_model_is_shipped_and_the_set_fits_the_budget():
-    assert set(minigate.shipped_names()) >= {"copy-baseline", "copy-headwise", "copy-elementwise", *TEXT}
+    assert set(minigate.shipped_names()) >= {"copy-baseline", "copy-headwise", "copy-elementwise", *TEXT, *INDUCTION}
     size = sum(p.stat().st_size for p in SHIPPED_DIR.rglob("*") if p.is_file())
     assert size < 30e6, f"data/checkpoints is {size / 1e6:.1f} MB; the budget is 30 MB"
 
@@ -39,3 +40,21 @@ def test_text_models_match_their_run_and_predict_text(name):
         loss = torch.nn.functional.cross_entropy(model(x[:, :-1])[0], x[0, 1:]).item()
     assert loss < 6.0, f"{name}: loss {loss:.2f} on plain text; ln(4096) = 8.3 would mean it learned nothing"
     assert json.loads((SHIPPED_DIR / name / "config.json").read_text())["num_hidden_layers"] == 4
+
+
+def test_induction_models_match_their_run_and_only_the_baseline_has_a_sink_head():
+    """What data/checkpoints/README.md and lesson 04 say of these three: the baseline grows one head that parks
+    its idle attention on the (random, not <bos>) first token; neither gated model has a head above 0.3."""
+    from minigate.analysis import attention_sink
+
+    x = data.induction_task(256, seed=3)[:, :-1]  # held out: seeds 1 and 2 made the training and validation rows
+    assert not (x[:, 0] == 0).any(), "the induction rows start with a random first token, never <bos>"
+    heads = {}
+    for name in INDUCTION:
+        model, run = minigate.shipped(name), minigate.shipped_run(name)
+        assert run["preset"] == "induction" and run["corpus"] == "induction"
+        assert run["history"]["step"][-1] == run["train"]["steps"] == 15000
+        assert model.cfg.vocab_size == 146
+        assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
+        heads[name] = attention_sink(model, x).n_sink_heads
+    assert heads == {"induction-baseline": 1, "induction-headwise": 0, "induction-elementwise": 0}, heads

@@ -186,7 +186,8 @@ def test_presets_build_for_every_gate():
     for name, p in T.PRESETS.items():
         for gate in ("none", "headwise", "elementwise"):
             cfg = T.model_config(name, gate)
-            vocab = 130 if p.corpus == "copy" else 4096  # copy_task with 64 symbols: 2 * 64 + 2 ids; else the BPE
+            # copy_task with 64 symbols: 2 * 64 + 2 ids; induction_task adds 16 first-token ids; else the BPE
+            vocab = {"copy": 130, "induction": 146}.get(p.corpus, 4096)
             assert cfg.vocab_size == vocab and cfg.max_seq_len >= p.train.seq_len
             assert (cfg.gate == "none") == (gate == "none")
 

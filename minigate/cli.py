@@ -22,21 +22,15 @@ from pathlib import Path
 PRESET_NAMES = ("ci", "t4", "copy", "induction", "text")  # kept in sync with train.PRESETS (checked in the tests)
 
 
-TASKS = ("copy", "induction")  # synthetic tasks (data.copy_task, data.induction_task): rows, no tokenizer
-COPY_ROWS = (40_000, 512)  # rows of a task for training and validation (seeds 1 and 2)
+TASK_ROWS = (40_000, 512)  # rows of a synthetic task (data.TASKS) for training and validation (seeds 1 and 2)
 
 
 def _tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int = 130):
     from . import data
 
-    if corpus == "copy":
-        n_symbols = (vocab_size - 2) // 2
-        return (None, data.copy_task(COPY_ROWS[0], seq_len, n_symbols, seed=1),
-                data.copy_task(COPY_ROWS[1], seq_len, n_symbols, seed=2))
-    if corpus == "induction":  # 16 first-token ids after the 2N + 2 of the copy task
-        n_symbols = (vocab_size - 2 - 16) // 2
-        return (None, data.induction_task(COPY_ROWS[0], seq_len, n_symbols, seed=1),
-                data.induction_task(COPY_ROWS[1], seq_len, n_symbols, seed=2))
+    if corpus in data.TASKS:  # rows instead of a token stream, no tokenizer
+        return (None, data.task_rows(corpus, TASK_ROWS[0], seq_len, vocab_size, seed=1),
+                data.task_rows(corpus, TASK_ROWS[1], seq_len, vocab_size, seed=2))
     tok = data.load_tokenizer(tokenizer_path)
     train_docs, val_docs = data.load_documents(corpus)
     return tok, data.encode(train_docs, tok), data.encode(val_docs, tok)
@@ -85,7 +79,7 @@ def cmd_train(args) -> int:
     torch.manual_seed(cfg.seed)  # the model's initial weights
     model = Transformer(model_cfg)
     info = dict(preset=args.preset, gate=args.gate, corpus=preset.corpus,
-                tokenizer=None if preset.corpus in TASKS else str(tokenizer),
+                tokenizer=None if preset.corpus in data.TASKS else str(tokenizer),
                 train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
     if "python-stdlib" in preset.corpus:
         info["python_stdlib"] = data.stdlib_info()
@@ -96,7 +90,7 @@ def cmd_train(args) -> int:
           f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
           f"{cfg.steps} steps -> {out}", flush=True)
     try:
-        n_probe = 64 if preset.corpus in TASKS else 8  # held-out rows / windows
+        n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
         probe = data.eval_batches(val_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)
         history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
                         progress=not args.quiet, callback=sink_tracker(next(iter(probe))[0]))
@@ -107,7 +101,7 @@ def cmd_train(args) -> int:
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if preset.corpus not in TASKS:
+    if preset.corpus not in data.TASKS:
         shutil.copyfile(tokenizer, out / "model" / "tokenizer.json")
     shutil.copyfile(run_file, out / "model" / "run.json")
     val = history.val_loss[-1]
@@ -156,7 +150,7 @@ def cmd_eval(args) -> int:
     bos_id = run.get("train", {}).get("bos_id", 0)
     tokenizer = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
     model = from_pretrained(folder)
-    if corpus in TASKS:
+    if corpus in data.TASKS:
         val_ids = _tokens(corpus, None, seq_len, model.cfg.vocab_size)[2]
     else:
         tok = data.load_tokenizer(tokenizer)

@@ -378,7 +378,10 @@ def copy_task(n: int, seq_len: int = 64, n_symbols: int = 64, seed: int = 0) -> 
     return torch.cat([bos, a, sep, a + n_symbols], dim=1)[:, : seq_len + 1]
 
 
-def induction_task(n: int, seq_len: int = 64, n_symbols: int = 64, n_first: int = 16, p: float = 0.05,
+INDUCTION_FIRST = 16  # induction_task's first-token ids, after the copy task's 2N + 2
+
+
+def induction_task(n: int, seq_len: int = 64, n_symbols: int = 64, n_first: int = INDUCTION_FIRST, p: float = 0.05,
                    seed: int = 0) -> torch.Tensor:
     """`n` rows of the variable-length induction copy, (n, seq_len + 1): x = row[:-1], y = row[1:].
 
@@ -406,6 +409,18 @@ def induction_task(n: int, seq_len: int = 64, n_symbols: int = 64, n_first: int 
     first = (torch.randint(2 * n_symbols + 2, 2 * n_symbols + 2 + n_first, (n, 1), generator=g) if n_first
              else torch.zeros(n, 1, dtype=torch.long))
     return torch.cat([first, body], dim=1)
+
+
+TASKS = ("copy", "induction")  # synthetic tasks: ready-made rows instead of a token stream, no tokenizer
+
+
+def task_rows(task: str, n: int, seq_len: int, vocab_size: int, seed: int) -> torch.Tensor:
+    """`n` rows of a synthetic task for a model with `vocab_size` ids (the vocabulary fixes n_symbols)."""
+    if task == "copy":
+        return copy_task(n, seq_len, (vocab_size - 2) // 2, seed=seed)
+    if task == "induction":
+        return induction_task(n, seq_len, (vocab_size - 2 - INDUCTION_FIRST) // 2, seed=seed)
+    raise ValueError(f"unknown task {task!r}; the tasks are {TASKS}")
 
 
 class CopyTokenizer:

@@ -67,6 +67,9 @@ def test_induction_rows_repeat_a_random_part_of_varying_length_after_a_random_fi
     assert (data.induction_task(5, seq_len=T, n_symbols=N, n_first=0)[:, 0] == 0).all()  # n_first=0: <bos>
     with pytest.raises(ValueError, match="seq_len >= 12"):
         data.induction_task(3, seq_len=8)
+    assert torch.equal(data.task_rows("induction", 7, 64, 146, seed=1), data.induction_task(7, 64, 64, seed=1))
+    with pytest.raises(ValueError, match="unknown task 'cpy'; the tasks are"):
+        data.task_rows("cpy", 7, 64, 130, seed=1)
 
 
 def test_copy_tokenizer_names_the_induction_first_tokens():

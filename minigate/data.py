@@ -52,7 +52,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 BOS = "<bos>"
-DEFAULT_TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tokenizer.json"
+from .resources import DATA_DIR  # noqa: E402  (data/ of a checkout, or minigate/_data/ when installed)
+
+DEFAULT_TOKENIZER = DATA_DIR / "tokenizer.json"
 STDLIB_MAX_BYTES = 6_000_000  # default cap of the python-stdlib corpus (the full 3.11 stdlib is ~10 MB)
 HUB = {"wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),  # (repo, config) for datasets.load_dataset
        "tinystories": ("roneneldan/TinyStories", None)}
@@ -254,7 +256,11 @@ def load_tokenizer(path: str | Path = DEFAULT_TOKENIZER) -> Tokenizer:
     if not path.is_file():
         raise FileNotFoundError(f"no tokenizer at {path}; build one with "
                                 "`python -m minigate.data build-tokenizer`")
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception with a serde message
+        raise ValueError(f"{path} is not a valid tokenizer.json ({str(e).splitlines()[0] if str(e) else e!r}); "
+                         "pass the tokenizer.json a model was trained with (e.g. data/tokenizer.json)") from None
 
 
 class TextTokenizer:
@@ -303,6 +309,19 @@ def encode(docs, tokenizer: "Tokenizer | TextTokenizer") -> torch.Tensor:
 
 
 # -- batches -------------------------------------------------------------------------------------------
+def check_token_ids(tokens: torch.Tensor, vocab_size: int, what: str = "tokens"):
+    """A ValueError naming vocab_size if any id is negative or >= vocab_size (torch's embedding would raise
+    an IndexError deep inside, or on a GPU a device-side assert)."""
+    if tokens.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(tokens))
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{what} hold token id {bad}, but the model's vocab_size is {vocab_size} (ids must be "
+                         f"0..{vocab_size - 1}); use the tokenizer the model was built for, or build the model "
+                         "with the tokenizer's vocabulary size")
+
+
 def check_length(tokens: torch.Tensor, seq_len: int, what: str):
     if seq_len < 2:
         raise ValueError(f"seq_len={seq_len}: a sequence needs <bos> and at least one text token")
@@ -451,7 +470,7 @@ class CopyTokenizer:
 
 
 # -- prompt sets -------------------------------------------------------------------------------------------
-PROMPT_DIR = Path(__file__).resolve().parents[1] / "data" / "prompts"
+PROMPT_DIR = DATA_DIR / "prompts"
 PROMPT_TYPES = ("factual", "technical", "conversational", "repetitive", "code")
 
 

@@ -155,7 +155,9 @@ def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = 
 
 
 # -- the checkpoints the course ships -------------------------------------------------------------------
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+from .resources import DATA_DIR  # noqa: E402  (data/ of a checkout, or minigate/_data/ when installed)
+
+SHIPPED_DIR = DATA_DIR / "checkpoints"
 
 
 def shipped_names() -> list[str]:

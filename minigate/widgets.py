@@ -5,6 +5,9 @@
 Each explorer is a VBox of controls above a picture. The picture is a PNG (an `Image` widget), so it
 re-renders fast, and the explorer's static rendering (a notebook viewed without a live kernel, e.g.
 on GitHub) is that same PNG instead of an empty widget area.
+
+Works with ipywidgets 8 and with 7.x (Colab ships 7.7.1): 8 displays a widget through
+`_repr_mimebundle_`, 7 through `_ipython_display_`; both give the same bundle here (widget view, PNG, text).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from . import plots
+
+IPYWIDGETS_7 = int(W.__version__.split(".")[0]) < 8
+VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def _png(fig) -> bytes:
@@ -50,12 +56,21 @@ class Explorer(W.VBox):
             self.status.value = f"<span style='color:#b00'>{e}</span>"
 
     def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+        if IPYWIDGETS_7:  # 7.x has no _repr_mimebundle_: the view reference it displays, written out
+            bundle = {VIEW_MIME: {"version_major": 2, "version_minor": 0, "model_id": self.model_id}}
+        else:
+            bundle = super()._repr_mimebundle_(**kwargs)
+            bundle = bundle[0] if isinstance(bundle, tuple) else bundle
         settings = ", ".join(f"{k}={v!r}" for k, v in self.values.items() if not isinstance(v, str) or len(v) < 40)
         bundle["text/plain"] = f"<{self.name}: {settings}>"  # stable text (no object addresses) for nbval
         bundle["image/png"] = base64.b64encode(bytes(self.image.value)).decode()  # seen where widgets cannot run
         return bundle
+
+    if IPYWIDGETS_7:
+        def _ipython_display_(self, **kwargs):  # how IPython shows a 7.x widget: the same bundle as under 8
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
 
 
 def _as_dict(models) -> dict:

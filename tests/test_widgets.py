@@ -79,3 +79,17 @@ def test_clamp_explorer_changes_perplexity_and_text(setup):
     ex.controls["value"].value = 0.0
     assert bytes(ex.image.value) != before
     assert ex._repr_mimebundle_()["text/plain"] == "<clamp explorer: model='headwise', layer=1, head='all', value=0.0>"
+
+
+def test_static_rendering_under_ipywidgets_7(setup, monkeypatch):
+    """Colab ships ipywidgets 7.7.1, which has no _repr_mimebundle_ on widgets: the bundle is written out."""
+    models, tok = setup
+    ex = widgets.attention_explorer(models, tok, prompt="Hello world.")
+    monkeypatch.setattr(widgets, "IPYWIDGETS_7", True)
+    bundle = ex._repr_mimebundle_()
+    assert bundle[widgets.VIEW_MIME] == {"version_major": 2, "version_minor": 0, "model_id": ex.model_id}
+    assert bundle["image/png"] and bundle["text/plain"].startswith("<attention explorer: model='baseline'")
+    import ipywidgets
+
+    # 7.x displays through _ipython_display_ (defined only there); 8.x through _repr_mimebundle_
+    assert hasattr(widgets.Explorer, "_ipython_display_") == (int(ipywidgets.__version__.split(".")[0]) < 8)

@@ -254,9 +254,23 @@ def _check_component(component: str) -> str:
     return COMPONENTS[component]
 
 
+def _gate_value(model, value) -> float:
+    """`value` as a gate score the model's gate activation can produce: [0, 1] for a sigmoid gate,
+    >= min silu = -0.2785 for a SiLU gate; a ValueError otherwise (NaN included)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"gate value {value!r}: must be a finite number")
+    if model.cfg.gate_activation == "sigmoid" and not 0 <= value <= 1:
+        raise ValueError(f"gate value {value!r}: a sigmoid gate lives in [0, 1] (0 closed, 1 open); "
+                         "use a value in that range, or scale_output to scale the attention output instead")
+    if model.cfg.gate_activation == "silu" and value < -0.2785:
+        raise ValueError(f"gate value {value!r}: a SiLU gate never goes below -0.2785")
+    return float(value)
+
+
 def set_gates(model, value: float, layers: Iterable[int] | None = None) -> list[tuple[str, Edit]]:
-    """Every gate (of every layer, or of `layers`) fixed at `value`."""
-    return [(_gate_name(L), Edit("set", float(value))) for L in _gated_layers(model, layers)]
+    """Every gate (of every layer, or of `layers`) fixed at `value` (in [0, 1] for the sigmoid gate)."""
+    layers = _gated_layers(model, layers)
+    return [(_gate_name(L), Edit("set", _gate_value(model, value))) for L in layers]
 
 
 def force_layer(model, layer: int, value: float) -> list[tuple[str, Edit]]:
@@ -271,7 +285,7 @@ def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[s
     n = _n_gate_heads(model)
     if not _is_index(head, n):
         raise ValueError(f"head {head!r} is out of range: the gate has {n} heads per layer, use 0..{n - 1}")
-    return [(_gate_name(layer), Edit("set", float(value), head=int(head)))]
+    return [(_gate_name(layer), Edit("set", _gate_value(model, value), head=int(head)))]
 
 
 def custom_gates(model, fn: Callable, layers: Iterable[int] | None = None) -> list[tuple[str, Callable]]:

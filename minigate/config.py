@@ -6,6 +6,7 @@ checkpoints (`from_hf_config` reads their `config.json`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 GATE_POSITIONS = ("none", "G1", "G2", "G3", "G4", "G5")
@@ -14,6 +15,16 @@ GATE_POSITIONS = ("none", "G1", "G2", "G3", "G4", "G5")
 GATE_GRANULARITIES = ("headwise", "elementwise")
 GATE_ACTIVATIONS = ("sigmoid", "silu")
 GATE_MODES = ("multiplicative", "additive")
+
+
+def is_int(x) -> bool:
+    """A whole number, not a bool (True is an int in Python, never a layer count)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x) -> bool:
+    """A finite real number (int or float, not a bool, not NaN or infinite)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass
@@ -46,7 +57,12 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}: {msg}")
 
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
-            check(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be a positive integer")
+            check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")
+        for f in ("rope_theta", "norm_eps"):
+            check(is_number(getattr(self, f)) and getattr(self, f) > 0, f, "must be a finite number > 0")
+        check(is_number(self.gate_bias), "gate_bias", "must be a finite number (0: no bias)")
+        for f in ("qk_norm", "tie_embeddings", "sandwich_norm", "gate_head_specific"):
+            check(isinstance(getattr(self, f), bool), f, "must be True or False")
         check(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
               f"n_heads={self.n_heads} must be divisible by n_kv_heads; allowed values are the divisors "
               f"of n_heads: {[d for d in range(1, self.n_heads + 1) if self.n_heads % d == 0]}")
@@ -59,10 +75,19 @@ class ModelConfig:
               "G5 gates the output of o_proj, which has no heads; use gate_granularity='elementwise' with G5")
         check(not (self.gate == "G5" and not self.gate_head_specific), "gate_head_specific",
               "G5 has no heads to share a gate between; use gate_head_specific=True with G5")
-        check(isinstance(self.gate_layers, int) and 0 <= self.gate_layers <= self.n_layers, "gate_layers",
+        check(is_int(self.gate_layers) and 0 <= self.gate_layers <= self.n_layers, "gate_layers",
               f"must be between 0 (every layer) and n_layers={self.n_layers}")
         check(self.gate != "none" or (self.gate_layers == 0 and self.gate_bias == 0), "gate",
               "gate_layers and gate_bias need a gate; set gate='G1' (or another position)")
+
+    def describe_gate(self) -> str:
+        """A short name of the gate: "none", "G1 headwise", "G5 elementwise", "G1 elementwise silu additive"."""
+        if self.gate == "none":
+            return "none"
+        extra = [x for x, default in ((self.gate_activation, "sigmoid"), (self.gate_mode, "multiplicative"))
+                 if x != default]
+        shared = [] if self.gate_head_specific else ["head-shared"]
+        return " ".join([self.gate, self.gate_granularity, *shared, *extra])
 
     def layer_config(self, layer: int) -> "ModelConfig":
         """The config of block `layer`: ungated past gate_layers, else this config."""
@@ -143,6 +168,11 @@ class ModelConfig:
         if "rope_theta" not in d and "rope_theta" in rope:
             kw["rope_theta"] = float(rope["rope_theta"])
         if "minigate" in d:
+            allowed = {f.name for f in fields(cls)} - set(kw)
+            unknown = sorted(set(d["minigate"]) - allowed)
+            if unknown:
+                raise ValueError(f"config.json: unknown key(s) {unknown} under \"minigate\"; allowed: "
+                                 f"{sorted(allowed)} (written by a newer minigate? upgrade, or remove the key)")
             kw.update(d["minigate"])
         elif d.get("headwise_attn_output_gate") or d.get("elementwise_attn_output_gate"):
             kw.update(gate="G1", gate_granularity="headwise" if d.get("headwise_attn_output_gate") else "elementwise")

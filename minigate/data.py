@@ -309,19 +309,6 @@ def encode(docs, tokenizer: "Tokenizer | TextTokenizer") -> torch.Tensor:
 
 
 # -- batches -------------------------------------------------------------------------------------------
-def check_token_ids(tokens: torch.Tensor, vocab_size: int, what: str = "tokens"):
-    """A ValueError naming vocab_size if any id is negative or >= vocab_size (torch's embedding would raise
-    an IndexError deep inside, or on a GPU a device-side assert)."""
-    if tokens.numel() == 0:
-        return
-    lo, hi = (int(v) for v in torch.aminmax(tokens))
-    if lo < 0 or hi >= vocab_size:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"{what} hold token id {bad}, but the model's vocab_size is {vocab_size} (ids must be "
-                         f"0..{vocab_size - 1}); use the tokenizer the model was built for, or build the model "
-                         "with the tokenizer's vocabulary size")
-
-
 def check_length(tokens: torch.Tensor, seq_len: int, what: str):
     if seq_len < 2:
         raise ValueError(f"seq_len={seq_len}: a sequence needs <bos> and at least one text token")

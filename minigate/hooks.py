@@ -35,7 +35,15 @@ class HookPoint(nn.Module):
         self._handles: list = []
 
     def add_hook(self, fn: HookFn):
-        handle = self.register_forward_hook(lambda module, inputs, output: fn(output, self))
+        def call(module, inputs, output):
+            new = fn(output, self)
+            if new is not None and (not isinstance(new, torch.Tensor) or new.shape != output.shape):
+                got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+                raise ValueError(f"a hook on {self.name} returned {got}, but it must return None or a tensor of "
+                                 f"the activation's shape {tuple(output.shape)}")
+            return new
+
+        handle = self.register_forward_hook(call)
         self._handles.append(handle)
         return handle
 
@@ -90,7 +98,12 @@ class HookedRootModule(nn.Module):
                                " (model.hook_dict lists them all)")
             return [self.hook_dict[name_or_filter]]
         keep = _as_filter(name_or_filter)
-        return [hp for n, hp in self.hook_dict.items() if keep(n)]
+        found = [hp for n, hp in self.hook_dict.items() if keep(n)]
+        if not found:
+            shown = name_or_filter if not callable(name_or_filter) else getattr(name_or_filter, "__name__", "filter")
+            raise ValueError(f"the hook filter {shown!r} matches no hook point, so nothing would be hooked; "
+                             f"names look like {list(self.hook_dict)[:3]} (model.hook_dict lists them all)")
+        return found
 
     def reset_hooks(self):
         for hp in self.hook_dict.values():

@@ -23,6 +23,19 @@ from .config import ModelConfig
 from .hooks import HookedRootModule, HookPoint
 
 
+def check_token_ids(tokens: torch.Tensor, vocab_size: int, what: str = "tokens"):
+    """A ValueError naming vocab_size if any id is negative or >= vocab_size (torch's embedding would raise
+    an IndexError deep inside, or on a GPU a device-side assert)."""
+    if tokens.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(tokens))
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{what} hold token id {bad}, but the model's vocab_size is {vocab_size} (ids must be "
+                         f"0..{vocab_size - 1}); use the tokenizer the model was built for, or build the model "
+                         "with the tokenizer's vocabulary size")
+
+
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)). (This `gate_proj` is the MLP's, not the attention gate.)"""
 
@@ -92,6 +105,8 @@ class Transformer(HookedRootModule):
         per-layer attention patterns (batch, head, query_pos, key_pos)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, pos) token ids, got shape {tuple(tokens.shape)}")
+        if not torch.compiler.is_compiling():  # a data-dependent check would break the compiled graph
+            check_token_ids(tokens, self.cfg.vocab_size)
         cos, sin = rope_cos_sin(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
         x = self.hook_embed(self.embed(tokens))
         patterns = []

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from .config import ModelConfig
@@ -78,11 +80,15 @@ def save_pretrained(model: Transformer, path: str | os.PathLike) -> Path:
 
 def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -> Path:
     """A local folder if it exists, else download (only `subfolder`) from the Hugging Face Hub."""
-    local = Path(path_or_repo_id) / (subfolder or "")
+    local = Path(path_or_repo_id).expanduser() / (subfolder or "")
     if local.is_dir():
         return local
-    if Path(path_or_repo_id).exists() or str(path_or_repo_id).startswith((".", "/", "~")):
-        raise FileNotFoundError(f"no folder {local}; check the path (and subfolder={subfolder!r})")
+    text = str(path_or_repo_id)
+    looks_local = (isinstance(path_or_repo_id, os.PathLike) or text.startswith((".", "/", "~", "\\"))
+                   or text.count("/") != 1 or Path(text.split("/")[0]).is_dir() or Path(text).exists())
+    if looks_local:  # a Hub id is exactly "owner/name"; anything else is a local path that is not there
+        raise FileNotFoundError(f"no folder {local} (relative paths start at {Path.cwd()}); check the path"
+                                f"{f' and subfolder={subfolder!r}' if subfolder else ''}")
     from huggingface_hub import snapshot_download
 
     patterns = [f"{subfolder}/*"] if subfolder else None
@@ -91,8 +97,9 @@ def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -
     except Exception as e:  # offline, unknown repo, no access: one clear message instead of a stack of retries
         raise OSError(
             f"could not download {path_or_repo_id!r}{f' (subfolder {subfolder!r})' if subfolder else ''} from the "
-            f"Hugging Face Hub: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n"
-            "No network? Download the folder on a machine that has one and pass its local path instead.") from None
+            f"Hugging Face Hub ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}), and there is no "
+            f"local folder of that name in {Path.cwd()} either. No network? Download the folder on a machine "
+            "that has one and pass its local path instead.") from None
     folder = Path(root) / (subfolder or "")
     if not folder.is_dir():
         raise FileNotFoundError(f"{path_or_repo_id!r} has no subfolder {subfolder!r}")
@@ -100,6 +107,16 @@ def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The weights, with a one-line ValueError naming the file when one is truncated or not a weights file."""
+    try:
+        return _read_weight_files(folder)
+    except (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError, json.JSONDecodeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"the weights in {folder} are damaged or incomplete ({reason}); copy or download the "
+                         "folder again (an interrupted copy or a full disk leaves a truncated file)") from None
+
+
+def _read_weight_files(folder: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, sharded safetensors (with an index), or pytorch_model.bin (sharded or not)."""
     if (folder / "model.safetensors").exists():
         return load_file(folder / "model.safetensors")
@@ -124,7 +141,10 @@ def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = 
     folder = _resolve_folder(path_or_repo_id, subfolder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder} has no config.json")
-    cfg = ModelConfig.from_hf_config(json.loads((folder / "config.json").read_text()))
+    try:
+        cfg = ModelConfig.from_hf_config(json.loads((folder / "config.json").read_text()))
+    except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{folder / 'config.json'}: {str(e).splitlines()[0]}") from None
     official = _read_weights(folder)
 
     with torch.device("meta"):  # no random init: the checkpoint's tensors are assigned below

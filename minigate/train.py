@@ -21,6 +21,7 @@ data sampler's generator, which is checkpointed, and the learning rate is a pure
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -38,9 +39,11 @@ import torch.nn.functional as F
 from einops import rearrange
 from tqdm.auto import tqdm
 
-from .config import ModelConfig
+from .config import ModelConfig, is_int, is_number
 from .data import check_length, eval_batches, sample_batch
+from .model import check_token_ids
 from .pretrained import atomic_write, save_pretrained
+from .runfolder import RunLock, check_writable, remove_orphans
 
 
 @dataclass
@@ -59,6 +62,7 @@ class TrainConfig:
     eval_batches: int = 20  # validation batches per evaluation; 0: the whole validation set
     callback_every: int = 0  # call `callback` every this many steps (and at the last); 0: same as eval_every
     ckpt_every: int = 100  # write checkpoint.pt every this many steps (needs out_dir); 0: only at the end
+    ckpt_minutes: float = 0.0  # also write one when this many minutes passed since the last; 0: off
     bos_id: int = 0  # token id put first in every sequence (<bos> is 0 in minigate's tokenizer)
     seed: int = 0  # seeds the data sampler (seed the model's init yourself, before building it)
     device: str = "auto"  # "auto": cuda, then mps, then cpu; or a torch device string like "cuda:1"
@@ -69,15 +73,29 @@ class TrainConfig:
     spike_window: int = 50  # running mean = mean train loss of the previous spike_window steps (once full)
 
     def __post_init__(self):
-        self.betas = tuple(self.betas)  # JSON gives a list back
+        self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas  # JSON: a list
+
+        def check(ok: bool, f: str, msg: str):
+            if not ok:
+                raise ValueError(f"TrainConfig.{f}={getattr(self, f)!r}: {msg}")
+
         for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "spike_window"):
-            if not (isinstance(getattr(self, f), int) and getattr(self, f) > 0):
-                raise ValueError(f"TrainConfig.{f}={getattr(self, f)!r}: must be a positive integer")
-        if not 0 <= self.warmup_steps < self.steps:
-            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps}: must be >= 0 and less than "
-                             f"steps={self.steps}")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"TrainConfig.precision={self.precision!r}: use auto, fp32, bf16 or fp16")
+            check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")
+        for f in ("eval_batches", "callback_every", "ckpt_every", "bos_id", "seed"):
+            check(is_int(getattr(self, f)) and getattr(self, f) >= 0, f, "must be an integer >= 0")
+        check(is_number(self.lr) and self.lr > 0, "lr", "must be a finite number > 0")
+        check(is_number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be between 0 and 1")
+        for f in ("weight_decay", "grad_clip", "ckpt_minutes"):
+            check(is_number(getattr(self, f)) and getattr(self, f) >= 0, f, "must be a finite number >= 0 (0: off)")
+        check(is_number(self.spike_factor) and self.spike_factor > 0, "spike_factor", "must be a finite number > 0")
+        check(isinstance(self.betas, tuple) and len(self.betas) == 2
+              and all(is_number(b) and 0 <= b < 1 for b in self.betas), "betas",
+              "must be two numbers in [0, 1), e.g. (0.9, 0.95) (on the command line: --set betas=0.9,0.95)")
+        check(is_int(self.warmup_steps) and 0 <= self.warmup_steps < self.steps, "warmup_steps",
+              f"must be >= 0 and less than steps={self.steps}")
+        check(self.precision in ("auto", "fp32", "bf16", "fp16"), "precision", "use auto, fp32, bf16 or fp16")
+        check(isinstance(self.compile, bool), "compile", "must be True or False")
+        check(isinstance(self.device, str) and bool(self.device), "device", "use auto, cpu, cuda, cuda:1 or mps")
 
 
 # fields that change the numbers; resuming with other values cannot reproduce an uninterrupted run
@@ -135,13 +153,25 @@ def is_spike(loss: float, previous: list, cfg: TrainConfig) -> bool:
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    """"auto": cuda, then mps, then cpu; else the named device, checked to exist (a ValueError says why not)."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device {name!r} is not a torch device; use auto, cpu, cuda, cuda:1 or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: torch sees no CUDA GPU here (torch {torch.__version__}); use cpu, or "
+                         "auto to take the best device there is")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {name!r}: Apple's MPS is not available here; use cpu or auto")
+    return device
 
 
 def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | None, bool]:
@@ -188,10 +218,25 @@ def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bo
 
 
 # -- checkpoints ---------------------------------------------------------------------------------------
+class CheckpointError(ValueError):
+    """checkpoint.pt cannot be used: damaged (truncated, flipped bytes) or not a checkpoint at all."""
+
+
+def weights_digest(tensors: dict) -> str:
+    """SHA-256 over the names and bytes of a state dict's tensors: a flipped byte anywhere changes it."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.Tensor, cfg: TrainConfig,
                     history: History):
+    weights = model.state_dict()
     state = {
-        "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+        "step": step, "model": weights, "weights_sha256": weights_digest(weights), "optimizer": opt.state_dict(),
         "scaler": scaler.state_dict(),
         "rng": {"data": data_rng, "torch": torch.get_rng_state(), "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
@@ -206,10 +251,25 @@ def save_history(path: Path, history: History):
 
 
 def load_checkpoint(path: Path) -> dict:
+    """Read checkpoint.pt and verify its weights against the checksum stored with them; CheckpointError
+    (a one-line message naming the file and the cause) if it is damaged."""
+    path = Path(path)
+    damaged = (f"{path} is damaged and cannot be resumed ({{}}). It was left as it is: move it aside "
+               f"(e.g. mv {path} {path}.damaged) to start this folder afresh, or train into another --out")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(damaged.format("the file is empty: a write was cut off"))
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise RuntimeError(f"cannot read the checkpoint {path} ({e}); delete it to start over") from e
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(damaged.format(f"{size:,} bytes, truncated or not a checkpoint: {reason}")) from None
+    if not isinstance(ckpt, dict) or not {"step", "model", "optimizer"} <= set(ckpt):
+        raise CheckpointError(damaged.format("not a minigate checkpoint: it lacks step, model or optimizer"))
+    if "weights_sha256" in ckpt and weights_digest(ckpt["model"]) != ckpt["weights_sha256"]:
+        raise CheckpointError(damaged.format("its weights do not match the checksum written with them: the file "
+                                             "was corrupted on disk or in a copy"))
+    return ckpt
 
 
 def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainConfig) -> History:
@@ -217,7 +277,8 @@ def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainCon
     if saved != model.cfg.to_dict():
         diff = {k: (v, model.cfg.to_dict().get(k)) for k, v in saved.items() if model.cfg.to_dict().get(k) != v}
         raise ValueError(f"the checkpoint was trained with another model config, {{field: (checkpoint, "
-                         f"yours)}} = {diff}; build the model with the checkpoint's config")
+                         f"yours)}} = {diff}; build the model with the checkpoint's config (the checkpoint was "
+                         "left as it is)")
     old = TrainConfig(**ckpt["train_config"])
     changed = [f for f in _MATH_FIELDS if getattr(old, f) != getattr(cfg, f)]
     if changed:
@@ -236,26 +297,37 @@ def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainCon
     return History.from_dict(ckpt["history"])
 
 
-class _DeferCtrlC:
-    """First Ctrl-C: finish the current step, then checkpoint and stop. A second one stops at once."""
+class Interrupted(KeyboardInterrupt):
+    """Training stopped on Ctrl-C (SIGINT) or SIGTERM after writing a checkpoint; `.signum` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _DeferStop:
+    """First Ctrl-C or SIGTERM: finish the current step, then checkpoint and stop. A second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
-        self.requested, self.old = False, None
+        self.requested, self.old = None, {}
 
     def _handler(self, signum, frame):
-        if self.requested:
+        if self.requested is not None:
             raise KeyboardInterrupt
-        self.requested = True
-        tqdm.write("Ctrl-C: finishing this step, then writing a checkpoint (press again to stop at once)")
+        self.requested = signum
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        tqdm.write(f"{what}: finishing this step, then writing a checkpoint (send it again to stop at once)")
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.old = signal.signal(signal.SIGINT, self._handler)
+            self.old = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
+        for s, old in self.old.items():
+            signal.signal(s, old)
 
 
 # -- the loop ------------------------------------------------------------------------------------------
@@ -267,21 +339,30 @@ def train(model, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainCon
     and may return a dict of numbers to store in history.metrics. With out_dir: checkpoints, history.json
     and the final model in out_dir/model (see the module docstring); resume=True continues from
     out_dir/checkpoint.pt. Raises TrainingDiverged on a non-finite loss, keeping the last checkpoint.
-    Ctrl-C (SIGINT) lets the current step finish, writes a checkpoint, then raises KeyboardInterrupt.
+    Ctrl-C (SIGINT) or SIGTERM lets the current step finish, writes a checkpoint, then raises `Interrupted`
+    (a KeyboardInterrupt). While it runs, out_dir is locked (runfolder.RunLock): a second run into it is refused.
     """
-    with _DeferCtrlC() as ctrl_c:  # from the start: a Ctrl-C during setup also stops cleanly after a step
-        return _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, ctrl_c)
+    with _DeferStop() as stop:  # from the start: a Ctrl-C during setup also stops cleanly after a step
+        if out_dir is None:
+            return _train(model, train_data, val_data, cfg, None, resume, callback, progress, info, stop)
+        with RunLock(check_writable(out_dir)):
+            removed = remove_orphans(out_dir)
+            if removed:
+                tqdm.write(f"removed {len(removed)} temp file(s) left by an interrupted write in {out_dir}")
+            return _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, stop)
 
 
-def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, ctrl_c) -> History:
+def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress, info, stop) -> History:
     device = pick_device(cfg.device)
     amp_dtype, use_scaler = pick_precision(cfg.precision, device)
     check_length(train_data, cfg.seq_len, "training")
     check_length(val_data, cfg.seq_len, "validation")
-    top = int(max(train_data.max(), val_data.max()))
-    if top >= model.cfg.vocab_size:
-        raise ValueError(f"the data has token id {top} but the model's vocab_size is {model.cfg.vocab_size}; "
-                         "build the model with the tokenizer's vocabulary size")
+    check_token_ids(train_data, model.cfg.vocab_size, "the training data")
+    check_token_ids(val_data, model.cfg.vocab_size, "the validation data")
+    if cfg.seq_len > model.cfg.max_seq_len:
+        raise ValueError(f"TrainConfig.seq_len={cfg.seq_len} is longer than the model's max_seq_len="
+                         f"{model.cfg.max_seq_len}; train at seq_len <= {model.cfg.max_seq_len}, or build the model "
+                         f"with max_seq_len >= {cfg.seq_len}")
     model.to(device).train()
     opt = make_optimizer(model, cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
@@ -305,10 +386,15 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
     autocast = (lambda: torch.autocast(device.type, amp_dtype)) if amp_dtype else nullcontext
     tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum
     done = {"step": start, "data_rng": gen.get_state()}  # the last completed step: what a checkpoint saves
+    last_save = [time.monotonic()]
 
     def checkpoint():
         if ckpt_path is not None:
             save_checkpoint(ckpt_path, model, opt, scaler, done["step"], done["data_rng"], cfg, history)
+            last_save[0] = time.monotonic()
+
+    def clock_due() -> bool:
+        return cfg.ckpt_minutes > 0 and time.monotonic() - last_save[0] >= 60 * cfg.ckpt_minutes
 
     def due(every: int, step: int) -> bool:
         return step == cfg.steps or (every > 0 and step % every == 0)
@@ -331,7 +417,7 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf).item()
             if not math.isfinite(loss) or not (math.isfinite(grad_norm) or use_scaler):
                 what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
-                kept = (f"the last good checkpoint ({ckpt_path}, step {ckpt_step(ckpt_path)}) was kept"
+                kept = (f"the last checkpoint ({ckpt_path}, step {ckpt_step(ckpt_path)}) was kept"
                         if ckpt_path is not None and ckpt_path.exists() else "no checkpoint was written")
                 history.info["stopped"] = f"non-finite {what} at step {step}"
                 if out_dir is not None:
@@ -363,19 +449,21 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
                 model.train()
                 if metrics:
                     history.metrics.append({"step": step, **metrics})
-            if step < cfg.steps and due(cfg.ckpt_every, step):
+            if step < cfg.steps and (due(cfg.ckpt_every, step) or clock_due()):
                 checkpoint()
             pbar.update(1)
             val = f"{history.val_loss[-1]:.3f}" if history.val_loss else "-"
             pbar.set_postfix(loss=f"{loss:.3f}", val=val, tok_s=f"{tok_s:,.0f}", refresh=False)
-            if ctrl_c.requested:
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
+            if stop.requested is not None:
+                raise Interrupted(stop.requested)
+    except KeyboardInterrupt as e:
         checkpoint()
         where = f"checkpoint {ckpt_path}" if ckpt_path is not None else "nothing (no out_dir was given)"
         tqdm.write(f"interrupted after step {done['step']}: saved {where}; continue with resume=True "
                    "(--resume)")
-        raise
+        if isinstance(e, Interrupted):
+            raise
+        raise Interrupted(stop.requested or signal.SIGINT) from None
     finally:
         pbar.close()
 

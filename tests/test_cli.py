@@ -45,13 +45,15 @@ def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
     assert float(m[1]) == pytest.approx(full, abs=1e-4)
     assert float(m[2]) == pytest.approx(math.exp(full), rel=1e-3)
 
-    with pytest.raises(SystemExit, match="already has a checkpoint; add --resume"):
-        main(["train", *ARGS, "--out", str(out), "--steps", "4"])
+    capsys.readouterr()
+    assert main(["train", *ARGS, "--out", str(out), "--steps", "4"]) == 2
+    assert "already has a checkpoint; add --resume" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="steps"):  # extending a finished run: it says the schedule changed
         assert main(["train", *ARGS, "--out", str(out), "--steps", "5", "--resume"]) == 0
     assert json.loads((out / "history.json").read_text())["step"] == [1, 2, 3, 4, 5]
-    with pytest.raises(SystemExit, match="--gate headwise, not --preset ci --gate none"):
-        main(["train", "--preset", "ci", "--gate", "none", "--out", str(out), "--resume", "--quiet"])
+    capsys.readouterr()
+    assert main(["train", "--preset", "ci", "--gate", "none", "--out", str(out), "--resume", "--quiet"]) == 2
+    assert "--gate headwise, not --preset ci --gate none" in capsys.readouterr().err
 
 
 def test_command_line_errors(tmp_path, capsys):

@@ -29,11 +29,11 @@ import torch
 from minigate import Transformer, from_pretrained
 from minigate.ablation import SWEEP_VALUES, chunks, published_conditions, sweep
 from minigate.bench.common import interleaved_medians
+from minigate.checks.lesson07 import T4_PEAK  # FLOP/s, fp16 tensor cores, NVIDIA's datasheet figure
 from minigate.train import model_config
 
 # the paper's 1B models (official-checkpoints.md) and a T4
 PAPER = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
-T4_PEAK = 65e12  # FLOP/s, fp16 tensor cores, NVIDIA's datasheet figure
 
 
 def n_published_conditions(n_layers: int, n_heads: int, first_layers: int = 3) -> int:

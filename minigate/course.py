@@ -16,10 +16,14 @@ Rules that keep `pytest --nbval lessons/` green (the build enforces the first tw
   every stored "passed" line of the solutions into that notice, so the lesson's stored outputs are what
   it prints when run untouched. Every other cell keeps the solutions' stored outputs.
 
-Header cells, written from the constants below into solutions and lessons alike (a fork changes
-REPOSITORY and rebuilds): a markdown cell tagged `badge` gets the "Open in Colab" badge of its own
-notebook, a code cell tagged `setup` gets SETUP, which in Colab clones the repository (data/ comes
-with it) and installs minigate from it without touching Colab's torch; locally it does nothing.
+Header cells, written from the constants below into solutions and lessons alike (a fork changes the
+REPOSITORY line and rebuilds): a markdown cell tagged `badge` gets the "Open in Colab" badge of its own
+notebook at REF, a code cell tagged `setup` gets SETUP, which in Colab fetches the repository at REF into
+./minigate (/content/minigate) and installs minigate from it (its data/ ships inside the package, see
+minigate/resources.py), keeping Colab's torch; locally it does nothing. Lessons in GPU_LESSONS get Colab's
+GPU accelerator metadata (a T4), so Colab opens them on a GPU runtime.
+
+A markdown cell tagged `answers` (the self-check answers) stays in the solutions and is left out of the lesson.
 """
 
 from __future__ import annotations
@@ -36,30 +40,63 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+ANSWERS = "answers"  # tag of the markdown cell with the self-check answers: solutions only
 
-REPOSITORY, BRANCH = "minigate/minigate", "main"  # GitHub owner/name and branch: a fork changes this line
-SETUP = f"""# Set-up (idempotent): in Colab, clone the course (with data/) and install minigate from it,
-# keeping Colab's own torch. Locally (pip install -e .), nothing to do.
+# The GitHub repository (owner/name) and the release tag (or commit) that the badges open and the Colab set-up cell
+# installs. A fork changes this one line and runs `python -m minigate.course build`. REF is pinned: a later push to
+# the repository never changes what a learner's Colab runs; a release tags the commit (`git tag v0.1.0`) and sets it.
+REPOSITORY, REF = "minigate-course/minigate", "v0.1.0"
+GPU_LESSONS = ("03", "07", "08")  # lessons that want a GPU: Colab opens them on a T4 runtime
+SETUP = f"""# Set-up, safe to run twice. In Colab: fetch the course at {REF} into ./minigate (/content/minigate),
+# install minigate from it (with its data) and keep Colab's own torch. Locally (`make lab`), it does nothing.
 import sys
 
 if "google.colab" in sys.modules:
-    import importlib.util, os, subprocess
-    if not os.path.isdir("/content/minigate"):
-        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{BRANCH}",
-                        "https://github.com/{REPOSITORY}", "/content/minigate"], check=True)
-    if importlib.util.find_spec("minigate") is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minigate"], check=True)
-        sys.path.insert(0, "/content/minigate")"""
+    import importlib, importlib.metadata, os, subprocess
+
+    def import_minigate():  # the installed package, or None (a bare ./minigate folder imports as an empty namespace)
+        importlib.invalidate_caches()
+        if getattr(sys.modules.get("minigate"), "__file__", "") is None:
+            del sys.modules["minigate"]
+        try:
+            import minigate
+        except ImportError:
+            return None
+        return minigate if minigate.__file__ else None
+
+    REF = os.environ.get("MINIGATE_REF", "{REF}")  # set MINIGATE_REF to try another tag, branch or commit
+    url, clone = "https://github.com/{REPOSITORY}", os.path.abspath("minigate")
+    if import_minigate() is None:
+        if not os.path.isfile(os.path.join(clone, "pyproject.toml")):
+            for cmd in (["init", "-q", clone], ["-C", clone, "fetch", "-q", "--depth", "1", url, REF],
+                        ["-C", clone, "checkout", "-q", "FETCH_HEAD"]):
+                subprocess.run(["git", *cmd], check=True)
+        torch_pin = f"torch=={{importlib.metadata.version('torch')}}"  # Colab's torch, left as it is
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", clone, torch_pin], check=True)
+    minigate = import_minigate()
+    assert minigate is not None, f"minigate did not install from {{clone}}: see the messages above"
+    print(f"minigate {{minigate.__version__}} ({{REF}}) from {{url}}; data in {{minigate.resources.DATA_DIR}}; "
+          f"torch {{importlib.metadata.version('torch')}}")"""
 
 
 def badge(path: str) -> str:
     """Markdown "Open in Colab" badge for a notebook at `path` in the repository (e.g. lessons/01_x.ipynb)."""
     return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{path})")
+            f"(https://colab.research.google.com/github/{REPOSITORY}/blob/{REF}/{path})")
 
 
 def set_header(nb: nbformat.NotebookNode, path: str) -> None:
-    """Write the badge and set-up cells (found by their tags) from the constants above."""
+    """Write the badge and set-up cells (found by their tags) and Colab's accelerator metadata from the
+    constants above."""
+    if Path(path).name[:2] in GPU_LESSONS:
+        nb.metadata["accelerator"] = "GPU"
+        nb.metadata["colab"] = {**nb.metadata.get("colab", {}), "gpuType": "T4"}
+    else:
+        nb.metadata.pop("accelerator", None)
+        if "colab" in nb.metadata:
+            nb.metadata["colab"].pop("gpuType", None)
+            if not nb.metadata["colab"]:
+                del nb.metadata["colab"]
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
         if "badge" in tags and cell.cell_type == "markdown":
@@ -108,6 +145,7 @@ def lesson_from_solution(nb: nbformat.NotebookNode, name: str = "") -> nbformat.
     """The lesson notebook for one solutions notebook (a new object; `nb` is left untouched)."""
     lesson = nbformat.from_dict(nb)  # deep copy
     set_header(lesson, f"lessons/{Path(name).name}")
+    lesson.cells = [c for c in lesson.cells if ANSWERS not in c.metadata.get("tags", [])]
     for i, cell in enumerate(lesson.cells):
         where = f"{name}: cell {i}, "
         if cell.cell_type != "code":

@@ -104,11 +104,57 @@ def test_header_cells_come_from_one_constant(dirs, monkeypatch):
     for folder in (sol, les):
         cells = nbformat.read(folder / "01_demo.ipynb", as_version=4).cells
         assert cells[0].source == course.badge(f"{folder.name}/01_demo.ipynb") and cells[1].source == course.SETUP
-        assert f"github/{course.REPOSITORY}/blob/main/{folder.name}/01_demo.ipynb" in cells[0].source
+        assert f"github/{course.REPOSITORY}/blob/{course.REF}/{folder.name}/01_demo.ipynb" in cells[0].source
     assert course.build(sol, les) == []
     monkeypatch.setattr(course, "REPOSITORY", "someone/fork")  # a fork changes one line
     assert course.build(sol, les, check=True) == ["solutions/01_demo.ipynb", "01_demo.ipynb"]
     compile(course.SETUP, "setup", "exec")
+
+
+def test_the_pinned_ref_is_the_release_of_this_version():
+    """The set-up cell installs REF; a release bumps the version and REF together (one tag per release)."""
+    import tomllib
+
+    version = tomllib.loads((course.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert course.REF == f"v{version}" and f'"MINIGATE_REF", "{course.REF}"' in course.SETUP
+    assert f'"https://github.com/{course.REPOSITORY}"' in course.SETUP and "/" in course.REPOSITORY
+    assert "--no-deps" in course.SETUP or "torch==" in course.SETUP  # Colab's torch is never replaced
+
+
+def test_gpu_lessons_get_colab_accelerator_metadata(dirs):
+    sol, les = dirs
+    write_solution(sol, "03_train.ipynb")
+    nb = write_solution(sol, "01_demo.ipynb")
+    nb.metadata.update(accelerator="GPU", colab={"gpuType": "T4", "provenance": []})  # a stale copy-paste
+    nbformat.write(nb, sol / "01_demo.ipynb")
+    course.build(sol, les)
+    for folder in (sol, les):
+        gpu = nbformat.read(folder / "03_train.ipynb", as_version=4).metadata
+        assert gpu["accelerator"] == "GPU" and gpu["colab"]["gpuType"] == "T4"
+        cpu = nbformat.read(folder / "01_demo.ipynb", as_version=4).metadata
+        assert "accelerator" not in cpu and cpu["colab"] == {"provenance": []}
+    assert course.build(sol, les, check=True) == []
+
+
+def test_real_gpu_lessons_have_the_metadata():
+    for path in sorted((course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB)):
+        meta = nbformat.read(path, as_version=4).metadata
+        wants_gpu = path.name[:2] in course.GPU_LESSONS
+        assert (meta.get("accelerator") == "GPU" and meta["colab"]["gpuType"] == "T4") == wants_gpu, path.name
+    assert set(course.GPU_LESSONS) == {"03", "07", "08"}
+
+
+def test_answers_stay_in_the_solutions(dirs):
+    sol, les = dirs
+    nb = write_solution(sol)
+    nb.cells += [new_markdown_cell("## Check yourself\n1. Why?"),
+                 new_markdown_cell("**Answers.** 1. Because.", metadata={"tags": ["answers"]})]
+    nbformat.write(nb, sol / "01_demo.ipynb")
+    course.build(sol, les)
+    lesson = nbformat.read(les / "01_demo.ipynb", as_version=4)
+    assert lesson.cells[-1].source == "## Check yourself\n1. Why?" and len(lesson.cells) == len(nb.cells) - 1
+    assert "Because" not in (les / "01_demo.ipynb").read_text()
+    assert nbformat.read(sol / "01_demo.ipynb", as_version=4).cells[-1].source == "**Answers.** 1. Because."
 
 
 @pytest.mark.parametrize("source, message", [

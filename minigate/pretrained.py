@@ -95,11 +95,11 @@ def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -
     try:
         root = snapshot_download(str(path_or_repo_id), allow_patterns=patterns, etag_timeout=10)
     except Exception as e:  # offline, unknown repo, no access: one clear message instead of a stack of retries
-        raise OSError(
-            f"could not download {path_or_repo_id!r}{f' (subfolder {subfolder!r})' if subfolder else ''} from the "
-            f"Hugging Face Hub ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}), and there is no "
-            f"local folder of that name in {Path.cwd()} either. No network? Download the folder on a machine "
-            "that has one and pass its local path instead.") from None
+        raise FileNotFoundError(
+            f"{path_or_repo_id!r} is neither a local folder (relative paths start at {Path.cwd()}) nor a Hugging "
+            f"Face Hub repo that could be downloaded{f' with subfolder {subfolder!r}' if subfolder else ''} "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). A local run? Check the path. "
+            "No network? Download the folder on a machine that has one and pass its local path instead.") from None
     folder = Path(root) / (subfolder or "")
     if not folder.is_dir():
         raise FileNotFoundError(f"{path_or_repo_id!r} has no subfolder {subfolder!r}")

@@ -491,7 +491,7 @@ class Preset:
 _COPY_MODEL = dict(vocab_size=130, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=256,
                    max_seq_len=64)
 _COPY_TRAIN = TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
-                          eval_batches=0, ckpt_every=500)
+                          eval_batches=0, ckpt_every=500, ckpt_minutes=5)
 
 PRESETS: dict[str, Preset] = {
     # ~0.37M parameters; 300 steps x 2k tokens; about a minute on 2 CPU cores (data loading included)
@@ -509,7 +509,7 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=256, n_layers=6, n_heads=8, n_kv_heads=8, head_dim=32, d_ff=768,
                    max_seq_len=256),
         train=TrainConfig(steps=3000, batch_size=32, seq_len=256, lr=2e-3, warmup_steps=200, eval_every=250,
-                          eval_batches=20, ckpt_every=250)),
+                          eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
     # ~0.1M parameters; the marked copy task (data.copy_task), where a baseline grows attention sinks;
     # 5000 steps x 2k tokens, about 5 minutes on 2 CPU cores
     "copy": Preset(
@@ -530,7 +530,7 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
                    max_seq_len=256),
         train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
-                          eval_batches=20, ckpt_every=250)),
+                          eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
 }
 GATES = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
          "elementwise": dict(gate="G1", gate_granularity="elementwise")}

@@ -190,6 +190,7 @@ def test_presets_build_for_every_gate():
             vocab = {"copy": 130, "induction": 146}.get(p.corpus, 4096)
             assert cfg.vocab_size == vocab and cfg.max_seq_len >= p.train.seq_len
             assert (cfg.gate == "none") == (gate == "none")
+        assert (p.train.ckpt_minutes > 0) == (p.train.steps >= 1000), name  # long presets also checkpoint on a clock
 
 
 def test_weight_decay_only_on_linear_matrices():

@@ -81,8 +81,8 @@ def _which_steps(got, want):
                      + ([f"spike step(s) {missing} missed"] if missing else []))
 
 
-def loss_spikes(fn: Callable) -> Callable:
-    """fn(losses: list of floats, factor, window) -> list of the 1-based steps that are loss spikes."""
+def _spike_cases():
+    """(label, (losses, factor, window)) cases; the fourth holds a borderline step (see its comment)."""
     def curve(seed, n, spikes, decay=0.02, noise=0.05):  # spikes: {step (1-based): height factor}
         base = 2.0 + 6.0 * torch.exp(-decay * torch.arange(n, dtype=torch.float64))
         for step, height in spikes.items():
@@ -91,13 +91,18 @@ def loss_spikes(fn: Callable) -> Callable:
 
     # step 30 of the fourth case is a borderline: 1.23x is below factor x the mean of the 5 losses before it
     # (they hold the 1.25x spike at step 25) but above factor x the mean of the 4 just before it
-    cases = [("120 steps, spikes at 40 and 90, factor 1.5, window 20", (curve(0, 120, {40: 2, 90: 2}), 1.5, 20)),
-             ("a spike at step 4, inside the first window", (curve(1, 60, {4: 1.6, 30: 1.6}), 1.3, 10)),
-             ("fast early decline, two spikes in a row",
-              (curve(2, 50, {12: 1.5, 13: 1.5, 35: 1.5}, decay=0.15), 1.2, 5)),
-             ("a small spike (1.25x) at factor 1.2, and 1.23x just `window` steps after it",
-              (curve(3, 40, {25: 1.25, 30: 1.23}, decay=0.0, noise=0.01), 1.2, 5)),
-             ("no spikes", (curve(4, 40, {}), 1.5, 10))]
+    return [("120 steps, spikes at 40 and 90, factor 1.5, window 20", (curve(0, 120, {40: 2, 90: 2}), 1.5, 20)),
+            ("a spike at step 4, inside the first window", (curve(1, 60, {4: 1.6, 30: 1.6}), 1.3, 10)),
+            ("fast early decline, two spikes in a row",
+             (curve(2, 50, {12: 1.5, 13: 1.5, 35: 1.5}, decay=0.15), 1.2, 5)),
+            ("a small spike (1.25x) at factor 1.2, and 1.23x just `window` steps after it",
+             (curve(3, 40, {25: 1.25, 30: 1.23}, decay=0.0, noise=0.01), 1.2, 5)),
+            ("no spikes", (curve(4, 40, {}), 1.5, 10))]
+
+
+def loss_spikes(fn: Callable) -> Callable:
+    """fn(losses: list of floats, factor, window) -> list of the 1-based steps that are loss spikes."""
+    cases = _spike_cases()
     mistakes = [
         (lambda *a: _loss_spikes(*a, one_based=False),
          "steps are 1-based, as in History.step: the first loss is step 1, so losses[i] is step i + 1"),
@@ -106,15 +111,15 @@ def loss_spikes(fn: Callable) -> Callable:
          "the spike it should reveal"),
         (lambda *a: _loss_spikes(*a, partial=True),
          "no step is judged before `window` earlier losses exist: steps 1..window are never spikes"),
-        (lambda *a: _loss_spikes(*a, all_previous=True),
-         "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
-         "training, so an old mean is too high and hides spikes"),
         (lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window - 1),
          "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
          "not window - 1"),
         (lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window + 1),
          "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
          "not window + 1"),
+        (lambda *a: _loss_spikes(*a, all_previous=True),
+         "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
+         "training, so an old mean is too high and hides spikes"),
     ]
     mistakes = [(_steps(wrong), hint) for wrong, hint in mistakes]
     learner = _steps(fn)
@@ -138,7 +143,7 @@ def reference_qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim):
 
 
 def _qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim, *, source="per head", gate_first=False,
-                       group="(kv g)", target="per kv group"):
+                       group="(kv g)", target="per kv group", inner="g d"):
     """einops version with switches for the typical mistakes."""
     two = "(two h d)" if source == "all queries first" else "(h two d)"
     w = rearrange(weight, f"{two} m -> h two d m", two=2, h=n_heads)
@@ -149,7 +154,7 @@ def _qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim, *, source="per hea
     if target == "all queries first":
         return rearrange(w, "h two d m -> (two h d) m")
     w = rearrange(w, f"{group} two d m -> kv two g d m", kv=n_kv_heads)
-    return rearrange(w, "kv two g d m -> (kv two g d) m")
+    return rearrange(w, f"kv two g d m -> (kv two {inner}) m")
 
 
 def qwen3_next_q_proj(fn: Callable) -> Callable:
@@ -173,5 +178,7 @@ def qwen3_next_q_proj(fn: Callable) -> Callable:
         (lambda *a: _qwen3_next_q_proj(*a, group="(g kv)"),
          "query head h shares kv head h // (n_heads // n_kv_heads): consecutive heads form a group, heads are "
          "not dealt out to the kv heads in turn"),
+        (lambda *a: _qwen3_next_q_proj(*a, inner="d g"),
+         "within a group the rows go head by head, each head's head_dim rows together: '(g d)', not '(d g)'"),
     ]
     return check("qwen3_next_q_proj", fn, reference_qwen3_next_q_proj, cases, mistakes, atol=0, rtol=0)

@@ -1,0 +1,382 @@
+"""Every exercise's check against plausible wrong answers: each must fail with an AssertionError (never pass, never
+crash inside the check), most with their own hint; and against None, a wrong type, the learner's own exception
+and an untouched stub, in the default and in grading mode."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from minigate import checks
+from minigate.checks import engine
+from minigate.checks import lesson01 as l1
+from minigate.checks import lesson02 as l2
+from minigate.checks import lesson03 as l3
+from minigate.checks import lesson04 as l4
+from minigate.checks import lesson05 as l5
+from minigate.checks import lesson06 as l6
+from minigate.checks import lesson07 as l7
+from minigate.checks import lesson08 as l8
+from minigate.train import lr_at
+
+# what each check returns for a stub: its reference
+REFERENCES = {name: getattr(checks, f"reference_{name}", None) for name in checks.EXERCISES}
+REFERENCES["lr_schedule"] = lr_at
+
+
+@pytest.fixture(autouse=True)
+def _default_mode(monkeypatch):
+    monkeypatch.delenv(checks.GRADING_ENV, raising=False)
+    checks.grading(None)
+    yield
+    checks.grading(None)
+
+
+def _gqa_not_repeated(q, k, v):
+    T = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def _tiled(q, k, v):  # k.repeat tiles the kv heads: '(g kv)'
+    g = q.shape[1] // k.shape[1]
+    return _gqa_not_repeated(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1))
+
+
+def _headwise_not_reshaped(z, g):
+    return z * torch.sigmoid(g)
+
+
+def _lr_zero_division(step, cfg):
+    warm = cfg.lr * step / cfg.warmup_steps  # computed before asking whether there is a warmup
+    return warm if step <= cfg.warmup_steps else lr_at(step, cfg)
+
+
+def _ranked_items(results, kind="open"):  # sorted (name, Perplexity) pairs: not (layer, damage)
+    return sorted(((n, r) for n, r in results.items() if n.endswith(kind)), key=lambda p: -p[1].loss)
+
+
+def _override_one_pair(model, layer, value, head=None):
+    return checks.reference_gate_override(model, layer, value, head)[0]
+
+
+ref = {name: REFERENCES[name] for name in checks.EXERCISES}
+
+# (exercise, label, wrong function, a fragment its hint must contain, or None where any failure will do)
+MUTATIONS = [
+    ("causal_attention", "softmax over queries", lambda q, k, v: l1._attention(q, k, v, softmax_dim=-2),
+     "softmax over the wrong axis"),
+    ("causal_attention", "tril(-1)", lambda q, k, v: l1._attention(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
+    ("causal_attention", "tril(1)", lambda q, k, v: l1._attention(q, k, v, diagonal=1), "not key i + 1"),
+    ("causal_attention", "no scale", lambda q, k, v: l1._attention(q, k, v, scale=False), "scale missing"),
+    ("causal_attention", "scaled by d", lambda q, k, v: l1._attention(q, k, v, scale="d"), "not head_dim"),
+    ("causal_attention", "no mask", lambda q, k, v: l1._attention(q, k, v, causal=False), "no causal mask"),
+    ("causal_attention", "(g kv)", lambda q, k, v: l1._attention(q, k, v, kv_order="(g kv)"), "not '(g kv)'"),
+    ("causal_attention", "k.repeat tiles", _tiled, "not '(g kv)'"),
+    ("causal_attention", "GQA not repeated", _gqa_not_repeated, "repeat each kv head"),
+    ("attention_with_null", "no null key", lambda s, v, n: l1._null_attention(s, v, n, null="none"),
+     "the null key is missing"),
+    ("attention_with_null", "null logit 0", lambda s, v, n: l1._null_attention(s, v, n, null="zero"), "not 0"),
+    ("attention_with_null", "exp overflows", lambda s, v, n: l1._null_attention(s, v, n, stable=False),
+     "exp overflows"),
+    ("attention_with_null", "misaligned", lambda s, v, n: l1._null_attention(s, v, n, prepend_misaligned=True),
+     "shifted by one key"),
+    ("attention_with_null", "only the output", lambda s, v, n: ref["attention_with_null"](s, v, n)[0],
+     "expected 2 outputs"),
+    ("attention_with_null", "real keys' weight instead of the null's",
+     lambda s, v, n: (ref["attention_with_null"](s, v, n)[0], 1 - ref["attention_with_null"](s, v, n)[1]),
+     "output 1: max |difference|"),
+    ("g1_gate", "logits", lambda z, g: z * l2._per_head(g), "not the logits"),
+    ("g1_gate", "silu", lambda z, g: z * F.silu(l2._per_head(g)), "not SiLU"),
+    ("g1_gate", "sign", lambda z, g: z * torch.sigmoid(-l2._per_head(g)), "sign flipped"),
+    ("g1_gate", "headwise on the last axis", lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g),
+     "(b, t, h, 1)"),
+    ("g1_gate", "sigmoid of the product", lambda z, g: torch.sigmoid(z * l2._per_head(g)), "gate logits only"),
+    ("g1_gate", "added", lambda z, g: z + torch.sigmoid(l2._per_head(g)), "not +"),
+    ("g1_gate", "headwise not reshaped", _headwise_not_reshaped, "'b t h -> b t h 1'"),
+    ("gated_output", "G5", lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
+    ("gated_output", "no gate", lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
+    ("gated_output", "w_o not transposed", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w, "w_o.T"),
+    ("gated_output", "(d h)", lambda z, g, w: rearrange(z * torch.sigmoid(g), "b t h d -> b t (d h)") @ w.T,
+     "'(d h)' interleaves"),
+    ("gated_output", "logits as the gate", lambda z, g, w: (z * g).flatten(2) @ w.T, "not the logits"),
+    ("gated_output", "transposed, non-square w_o", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w
+     if w.shape[0] != w.shape[1] else ref["gated_output"](z, g, w), "w_o.T"),
+    ("gate_param_count", "one layer", lambda c: l2._gate_params(c, layers=False), "one layer only"),
+    ("gate_param_count", "kv heads", lambda c: l2._gate_params(c, heads="kv"), "not per kv head"),
+    ("gate_param_count", "headwise x head_dim", lambda c: l2._gate_params(c, width="head_dim"), "one row per head"),
+    ("gate_param_count", "elementwise as d_model x d_model",
+     lambda c: c.n_layers * c.d_model * (c.n_heads if c.gate_granularity == "headwise" else c.d_model),
+     "n_heads * head_dim != d_model"),
+    ("gate_param_count", "head_dim inputs", lambda c: l2._gate_params(c, inputs="head_dim"), "d_model inputs"),
+    ("gate_param_count", "with a bias", lambda c: ref["gate_param_count"](c) + c.n_layers * c.n_heads, None),
+    ("split_q_proj", "per head", lambda *a: l2._split(*a, layout="per head"), "not per query head"),
+    ("split_q_proj", "all queries first", lambda *a: l2._split(*a, layout="all queries first"), "not all at the end"),
+    ("split_q_proj", "(g kv)", lambda *a: l2._split(*a, group="(g kv)"), "not '(g kv)'"),
+    ("split_q_proj", "gates first", lambda *a: l2._split(*a, gates_first=True), "queries come first"),
+    ("split_q_proj", "q not transposed", lambda *a: (ref["split_q_proj"](*a)[0].transpose(1, 2),
+                                                     ref["split_q_proj"](*a)[1]), "output 0: expected shape"),
+    ("split_q_proj", "headwise gates keep their 1", lambda qg, h, kv, d, gran: (
+        ref["split_q_proj"](qg, h, kv, d, gran)[0],
+        ref["split_q_proj"](qg, h, kv, d, gran)[1][..., None] if gran == "headwise"
+        else ref["split_q_proj"](qg, h, kv, d, gran)[1]), "output 1: expected shape"),
+    ("lr_schedule", "warmup from 0", lambda s, c: l3._schedule(s, c, warmup_shift=-1), "the first step is not 0"),
+    ("lr_schedule", "warmup s + 1", lambda s, c: l3._schedule(s, c, warmup_shift=1), "(not (s + 1))"),
+    ("lr_schedule", "no floor", lambda s, c: l3._schedule(s, c, floor="none"), "no min_lr floor"),
+    ("lr_schedule", "floor as a clamp", lambda s, c: l3._schedule(s, c, floor="clamp"), "not a clamp"),
+    ("lr_schedule", "linear", lambda s, c: l3._schedule(s, c, shape="linear"), "linear decay"),
+    ("lr_schedule", "cosine from 0", lambda s, c: l3._schedule(s, c, from_warmup=False), "end of the warmup"),
+    ("lr_schedule", "warmup 0 divides by zero", _lr_zero_division, "ZeroDivisionError"),
+    ("lr_schedule", "a list", lambda s, c: [lr_at(s, c)], "step 1: expected a number, got a list"),
+    ("next_token_loss", "no shift", lambda lg, tk: l3._next_token_loss(lg, tk, shift="none"), "no shift"),
+    ("next_token_loss", "left", lambda lg, tk: l3._next_token_loss(lg, tk, shift="left"), "the wrong way"),
+    ("next_token_loss", "roll", lambda lg, tk: l3._next_token_loss(lg, tk, shift="roll"), "torch.roll wraps"),
+    ("next_token_loss", "sum", lambda lg, tk: l3._next_token_loss(lg, tk, divide="sum"), "a sum, not a mean"),
+    ("next_token_loss", "b * t", lambda lg, tk: l3._next_token_loss(lg, tk, divide="all tokens"), "not by b * t"),
+    ("next_token_loss", "no log_softmax", lambda lg, tk: l3._next_token_loss(lg, tk, norm=None),
+     "not log-probabilities"),
+    ("next_token_loss", "log_softmax over positions", lambda lg, tk: l3._next_token_loss(lg, tk, norm=1),
+     "over the wrong axis"),
+    ("next_token_loss", "F.cross_entropy on (b, t, v)", lambda lg, tk: F.cross_entropy(lg[:, :-1], tk[:, 1:]),
+     "wants the vocabulary on axis 1"),
+    ("f_attn_m_act", "query 0 left out", lambda c, n: l4._f_attn_m_act(c, n, first_query=1), "query 0 included"),
+    ("f_attn_m_act", "from key 0", lambda c, n: l4._f_attn_m_act(c, n, key_axis=False), "*to* key 0"),
+    ("f_attn_m_act", "max over layers", lambda c, n: l4._f_attn_m_act(c, n, layer_stat="max"),
+     "not the maximum over layers"),
+    ("f_attn_m_act", "no abs", lambda c, n: l4._f_attn_m_act(c, n, absolute=False), "absolute values"),
+    ("f_attn_m_act", "swapped", lambda c, n: l4._f_attn_m_act(c, n)[::-1], "in that order"),
+    ("f_attn_m_act", "mean activation", lambda c, n: l4._f_attn_m_act(c, n, act_stat="mean"), "not the mean"),
+    ("f_attn_m_act", "m_act off by 1%", lambda c, n: (l4._f_attn_m_act(c, n)[0], l4._f_attn_m_act(c, n)[1] * 1.01),
+     "output 1: max |difference|"),
+    ("bos_share_by_part", "query 0 in", lambda p, n: l4._bos_share_by_part(p, n, start=0), "leave out query 0"),
+    ("bos_share_by_part", "split -1", lambda p, n: l4._bos_share_by_part(p, n, split=-1), "inclusive"),
+    ("bos_share_by_part", "split +1", lambda p, n: l4._bos_share_by_part(p, n, split=1), "separator"),
+    ("bos_share_by_part", "from <bos>", lambda p, n: l4._bos_share_by_part(p, n, to_key=False), "*from* <bos>"),
+    ("bos_share_by_part", "head mean", lambda p, n: l4._bos_share_by_part(p, n, head_mean=True), "one number per head"),
+    ("bos_share_by_part", "transposed", lambda p, n: l4._bos_share_by_part(p, n).T, "expected shape"),
+    ("read_gates", "logits", lambda m, t, a=False: l5._read_gates(m, t, a, hook="hook_gate_logits"), "gate *logits*"),
+    ("read_gates", "sorted names", lambda m, t, a=False: l5._read_gates(m, t, a, order="sorted"), "out of order"),
+    ("read_gates", "reversed", lambda m, t, a=False: l5._read_gates(m, t, a, order="reversed"), "reverse order"),
+    ("read_gates", "layer axis 1", lambda m, t, a=False: l5._read_gates(m, t, a, layer_axis=1), "wrong place"),
+    ("read_gates", "no average", lambda m, t, a=False: l5._read_gates(m, t, a, average="none"), "average_dims=True"),
+    ("read_gates", "average the last axis", lambda m, t, a=False: l5._read_gates(m, t, a, average="last"),
+     "no d_head axis"),
+    ("read_gates", "average heads", lambda m, t, a=False: l5._read_gates(m, t, a, average="heads"), "over the heads"),
+    ("read_gates", "a filter that drops the gates",
+     lambda m, t, a=False: m.run_with_cache(t, names_filter=lambda n: "pattern" in n)[1]["blocks.0.attn.hook_gate"],
+     "names_filter"),
+    ("first_rest_ratio", "upside down", lambda p, s=0: l5._first_rest_ratio(p, s, invert=True), "upside down"),
+    ("first_rest_ratio", "first in rest", lambda p, s=0: l5._first_rest_ratio(p, s, first_in_rest=True),
+     "includes the first token"),
+    ("first_rest_ratio", "per-prompt ratios", lambda p, s=0: l5._first_rest_ratio(p, s, ratio="per_prompt"),
+     "mean of per-prompt ratios"),
+    ("first_rest_ratio", "prompt means", lambda p, s=0: l5._first_rest_ratio(p, s, ratio="prompt_means"), "pool them"),
+    ("first_rest_ratio", "tokens resampled", lambda p, s=0: l5._first_rest_ratio(p, s, unit="token"),
+     "resamples tokens"),
+    ("first_rest_ratio", "seed ignored", lambda p, s=0: l5._first_rest_ratio(p, s, fixed_seed=True), "ignores `seed`"),
+    ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "expected 3 outputs"),
+    ("gate_override", "last axis", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, index="last axis"),
+     "indexes the last axis"),
+    ("gate_override", "second axis", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, index="second axis"),
+     "sets a position"),
+    ("gate_override", "every layer", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, every_layer=True),
+     "acts on every layer"),
+    ("gate_override", "no return", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, returns=False),
+     "leaves the model unchanged"),
+    ("gate_override", "logits", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, point="hook_gate_logits"),
+     "gate *logits*"),
+    ("gate_override", "whole layer", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, whole_layer=True),
+     "the whole layer"),
+    ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
+    ("rank_layers", "ascending", lambda r, k="open": l6._rank_layers(r, k, descending=False), "descending"),
+    ("rank_layers", "layers only", lambda r, k="open": l6._rank_layers(r, k, pairs=False), "not only the layers"),
+    ("rank_layers", "ppl difference", lambda r, k="open": l6._rank_layers(r, k, damage="ppl difference"),
+     "not ppl - ppl_learned"),
+    ("rank_layers", "ppl ratio", lambda r, k="open": l6._rank_layers(r, k, damage="ppl ratio"), "not the ratio"),
+    ("rank_layers", "absolute", lambda r, k="open": l6._rank_layers(r, k, damage="absolute"), "subtract"),
+    ("rank_layers", "prefix", lambda r, k="open": l6._rank_layers(r, k, pattern="prefix"), "head condition"),
+    ("rank_layers", "one digit", lambda r, k="open": l6._rank_layers(r, k, pattern="one digit"), "two digits"),
+    ("rank_layers", "sorted (name, Perplexity) items", _ranked_items, "(layer, damage) pair of numbers"),
+    ("rank_layers", "a dict", lambda r, k="open": dict(l6._rank_layers(r, k)), "got a dict"),
+    ("param_count", "kv as heads", lambda c: l7._param_count(c, kv="heads"), "n_kv_heads * head_dim rows"),
+    ("param_count", "gate ignored", lambda c: l7._param_count(c, gate="ignored"), "extra rows of q_proj"),
+    ("param_count", "gate swapped", lambda c: l7._param_count(c, gate="swapped"), "one gate row per head"),
+    ("param_count", "lm_head always", lambda c: l7._param_count(c, lm_head="always"), "count it once"),
+    ("param_count", "lm_head never", lambda c: l7._param_count(c, lm_head="never"), "its own lm_head"),
+    ("param_count", "no norms", lambda c: l7._param_count(c, norms="none"), "RMSNorm weights"),
+    ("param_count", "no qk norms", lambda c: l7._param_count(c, norms="no qk"), "q_norm and k_norm"),
+    ("param_count", "two MLP matrices", lambda c: l7._param_count(c, mlp=2), "three matrices"),
+    ("param_count", "d_model / n_heads", lambda c: l7._param_count(c, head_dim="d/H"), "need not be"),
+    ("t4_minutes", "seconds", lambda *a: l7._t4_minutes(*a, unit=1), "divided by 60"),
+    ("t4_minutes", "hours", lambda *a: l7._t4_minutes(*a, unit=3600), "not hours"),
+    ("t4_minutes", "peak / u", lambda *a: l7._t4_minutes(*a, rate="peak / u"), "T4_PEAK * utilisation"),
+    ("t4_minutes", "one pass", lambda *a: l7._t4_minutes(*a, passes=False), "multiply by n_passes"),
+    ("t4_minutes", "6 per parameter", lambda *a: l7._t4_minutes(*a, per_param=6), "forward passes only"),
+    ("t4_minutes", "1 per mac", lambda *a: l7._t4_minutes(*a, per_mac=1), "a multiply-add is 2 FLOPs"),
+    ("t4_minutes", "no attention", lambda *a: l7._t4_minutes(*a, attention=False), "add the attention"),
+    ("t4_minutes", "all keys", lambda *a: l7._t4_minutes(*a, keys="all"), "attention is causal"),
+    ("t4_minutes", "one matmul", lambda *a: l7._t4_minutes(*a, matmuls=1), "two matmuls"),
+    ("loss_spikes", "0-based", lambda *a: l8._loss_spikes(*a, one_based=False), "1-based"),
+    ("loss_spikes", "own loss included", lambda *a: l8._loss_spikes(*a, include_self=True), "*before* the step"),
+    ("loss_spikes", "partial windows", lambda *a: l8._loss_spikes(*a, partial=True), "no step is judged before"),
+    ("loss_spikes", "every earlier loss", lambda *a: l8._loss_spikes(*a, all_previous=True), "last `window`"),
+    ("loss_spikes", "window - 1 losses", lambda x, f, w: l8._loss_spikes(x, f, w, span=w - 1), "not window - 1"),
+    ("loss_spikes", "window - 1 losses, judged from window",
+     lambda x, f, w: [s for s in l8._loss_spikes(x, f, w, span=w - 1) if s > w], "not window - 1"),
+    ("loss_spikes", "window + 1 losses", lambda x, f, w: l8._loss_spikes(x, f, w, span=w + 1), "not window + 1"),
+    ("loss_spikes", "a True/False mask", lambda x, f, w: [s in ref["loss_spikes"](x, f, w)
+                                                          for s in range(1, len(x) + 1)], "not a True/False"),
+    ("loss_spikes", "a set", lambda x, f, w: set(ref["loss_spikes"](x, f, w)), "not a set"),
+    ("loss_spikes", ">= instead of >, and one too many", lambda x, f, w: ref["loss_spikes"](x, f, w) + [len(x)],
+     "flagged but not spikes"),
+    ("qwen3_next_q_proj", "unchanged", lambda *a: l8._qwen3_next_q_proj(*a, target="unchanged"),
+     "need reordering"),
+    ("qwen3_next_q_proj", "gate first", lambda *a: l8._qwen3_next_q_proj(*a, gate_first=True), "query first"),
+    ("qwen3_next_q_proj", "source all queries first",
+     lambda *a: l8._qwen3_next_q_proj(*a, source="all queries first"), "not [all queries | all gates]"),
+    ("qwen3_next_q_proj", "target all queries first",
+     lambda *a: l8._qwen3_next_q_proj(*a, target="all queries first"), "not after all queries"),
+    ("qwen3_next_q_proj", "(g kv)", lambda *a: l8._qwen3_next_q_proj(*a, group="(g kv)"), "dealt out"),
+    ("qwen3_next_q_proj", "(d g)", lambda *a: l8._qwen3_next_q_proj(*a, inner="d g"), "not '(d g)'"),
+]
+
+
+def test_the_table_has_five_wrong_answers_per_exercise():
+    counts = {name: sum(m[0] == name for m in MUTATIONS) for name in checks.EXERCISES}
+    assert all(n >= 5 for n in counts.values()), counts
+    assert {m[0] for m in MUTATIONS} == set(checks.EXERCISES)
+
+
+@pytest.mark.parametrize("name, label, wrong, hint", MUTATIONS, ids=[f"{m[0]}: {m[1]}" for m in MUTATIONS])
+def test_every_wrong_answer_fails_with_its_hint(name, label, wrong, hint, capsys):
+    with pytest.raises(AssertionError) as info:  # an AssertionError: nothing else escapes the check
+        getattr(checks, name)(wrong)
+    out = capsys.readouterr().out
+    assert out.startswith(f"✗ {name}, case ") and out.count("\n") == 1, out
+    assert str(info.value) in out
+    if hint is not None:
+        assert hint in out, out
+
+
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_the_reference_passes(name, capsys):
+    assert getattr(checks, name)(ref[name]) is ref[name]
+    assert checks.PASSED_RE.fullmatch(capsys.readouterr().out.strip())
+
+
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_a_function_that_forgets_return_gets_a_hint(name, capsys):
+    with pytest.raises(AssertionError, match="returned None: did you forget `return`"):
+        getattr(checks, name)(lambda *args, **kwargs: None)
+
+
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_a_wrong_type_gets_a_hint(name, capsys):
+    with pytest.raises(AssertionError, match=r"✗ .*(expected|return|got|list of)"):
+        getattr(checks, name)(lambda *args, **kwargs: "a string")
+
+
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_the_learners_exception_is_a_failed_case_that_names_it(name, capsys):
+    def broken(*args, **kwargs):
+        raise ValueError("something deep inside\nthe learner's last line")
+
+    with pytest.raises(AssertionError) as info:
+        getattr(checks, name)(broken)
+    message = str(info.value)
+    assert f"✗ {name}, case " in message and "your function raised ValueError: the learner's last line" in message
+    assert "(inputs: " in message
+    assert isinstance(info.value.__cause__, ValueError)  # chained: the learner's traceback stays available
+
+
+def test_the_inputs_are_described_by_shape():
+    with pytest.raises(AssertionError, match=r"inputs: q \(2, 4, 6, 8\), k \(2, 2, 6, 8\), v \(2, 2, 6, 8\)"):
+        checks.causal_attention(_gqa_not_repeated)
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_a_stub_falls_back_by_default_and_fails_in_grading_mode(name, capsys, monkeypatch):
+    assert getattr(checks, name)(_stub) is ref[name]
+    assert capsys.readouterr().out == checks.not_implemented_notice(name) + "\n"
+    checks.grading(True)
+    with pytest.raises(AssertionError, match=f"✗ {name}: not attempted"):
+        getattr(checks, name)(_stub)
+    checks.grading(None)
+    monkeypatch.setenv(checks.GRADING_ENV, "1")
+    with pytest.raises(AssertionError, match="not attempted") as info:
+        getattr(checks, name)(_stub)
+    assert checks.NOT_ATTEMPTED_RE.search(str(info.value))
+
+
+def test_grading_switch(monkeypatch):
+    assert checks.grading() is False
+    monkeypatch.setenv(checks.GRADING_ENV, "1")
+    assert checks.grading() is True
+    assert checks.grading(False) is False and checks.grading() is False  # overrides the environment
+    assert checks.grading(None) is True
+    monkeypatch.setenv(checks.GRADING_ENV, "0")
+    assert checks.grading() is False
+
+
+def test_grading_mode_still_passes_solutions(capsys):
+    checks.grading(True)
+    assert checks.g1_gate(checks.reference_g1_gate) is checks.reference_g1_gate
+
+
+# ── the generic hint: the first output outside the tolerance, its largest error, and where ───────────
+
+def test_generic_hint_reports_the_true_largest_error_and_its_step():
+    from minigate.train import TrainConfig
+
+    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
+    clamp = l3._over_steps(lambda s, c: l3._schedule(s, c, floor="clamp"))
+    got, want = engine.as_tree(clamp(cfg)), engine.as_tree(l3._over_steps(lr_at)(cfg))
+    hint = engine._generic_hint(got, want, (1e-12, 1e-6), lambda idx: f"step {idx[0] + 1}")
+    assert hint.startswith("max |difference| = 8.94e-05 at step 81;"), hint
+
+
+def test_generic_hint_skips_differences_within_the_tolerance():
+    want = (torch.ones(3), torch.ones(2, 2))
+    got = (torch.ones(3) + 1e-9, torch.tensor([[1.0, 1.0], [1.0, 1.5]]))
+    assert engine._generic_hint(got, want, (1e-5, 1e-4)).startswith("output 1: max |difference| = 0.5 at index [1, 1]")
+
+
+def test_generic_hint_names_nans():
+    hint = engine._generic_hint(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), (1e-5, 1e-4))
+    assert "NaNs at index [1]" in hint
+
+
+def test_f_attn_m_act_blames_the_wrong_output(capsys):
+    wrong = lambda c, n: (l4._f_attn_m_act(c, n)[0], l4._f_attn_m_act(c, n)[1] + 1)
+    with pytest.raises(AssertionError, match="output 1: max |difference|"):
+        checks.f_attn_m_act(wrong)
+
+
+def test_loss_spikes_borderline_step_tells_window_from_window_minus_one():
+    """Case 4's step 30 is a spike by the mean of the 4 losses before it, not by the mean of the 5."""
+    losses, factor, window = [args for label, args in l8._spike_cases() if "just `window` steps" in label][0]
+    assert 30 not in checks.reference_loss_spikes(losses, factor, window)
+    assert 30 in l8._loss_spikes(losses, factor, window, span=window - 1)
+
+
+def test_gate_param_count_has_a_case_where_heads_do_not_fill_d_model():
+    from minigate.checks.lesson02 import gate_param_count  # the coincidence n_heads * head_dim == d_model broken
+
+    with pytest.raises(AssertionError, match="n_heads \\* head_dim != d_model"):
+        gate_param_count(lambda c: c.n_layers * c.d_model * (c.n_heads if c.gate_granularity == "headwise"
+                                                             else c.d_model))
+
+
+def test_checks_do_not_import_the_benchmarks():
+    import subprocess
+    import sys
+
+    code = "import sys, minigate.checks; assert not any(m.startswith('minigate.bench') for m in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-PRESET_NAMES = ("ci", "t4", "copy", "induction", "text")  # kept in sync with train.PRESETS (checked in the tests)
+PRESET_NAMES = ("ci", "t4", "copy", "induction", "text", "code")  # as train.PRESETS (checked in the tests)
 
 
 TASK_ROWS = (40_000, 512)  # rows of a synthetic task (data.TASKS) for training and validation (seeds 1 and 2)
@@ -32,8 +32,7 @@ def _tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int = 13
         return (None, data.task_rows(corpus, TASK_ROWS[0], seq_len, vocab_size, seed=1),
                 data.task_rows(corpus, TASK_ROWS[1], seq_len, vocab_size, seed=2))
     tok = data.load_tokenizer(tokenizer_path)
-    train_docs, val_docs = data.load_documents(corpus)
-    return tok, data.encode(train_docs, tok), data.encode(val_docs, tok)
+    return (tok, *data.encode_corpus(corpus, tok))
 
 
 def _configs(args, run: dict | None):
@@ -130,6 +129,8 @@ def cmd_train(args) -> int:
                     train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
         if "python-stdlib" in preset.corpus:
             info["python_stdlib"] = data.stdlib_info()
+        if "python-code" in preset.corpus:
+            info["python_code"] = data.python_code_info()
         run = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
         atomic_write(run_file, lambda f: f.write(json.dumps(run, indent=2).encode()))  # --resume reads it back
         print(f"{args.preset} / {model_cfg.describe_gate()}: {model.num_params() / 1e6:.2f}M parameters, "
@@ -138,7 +139,8 @@ def cmd_train(args) -> int:
         resume_cmd = f"minigate train --preset {args.preset} --gate {args.gate} --out {out} --resume"
         try:
             n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
-            probe = data.eval_batches(val_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)
+            probe_ids = _tokens(preset.probe, tokenizer)[2] if preset.probe else val_ids
+            probe = data.eval_batches(probe_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)
             history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
                             progress=not args.quiet, callback=sink_tracker(next(iter(probe))[0]))
         except Interrupted as e:
@@ -240,9 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a preset model",
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
-                   help="ci: 2 CPU cores, ~1 min; t4: Colab T4, <=15 min; copy: the sink demonstration "
-                        "(copy task, ~5 min); induction: the same without <bos> (~9 min); "
-                        "text: the natural-text checkpoints (~15 min)")
+                   help="ci: 2 CPU cores, ~1 min; code: the natural-data recipe for a GPU (~1.5 min on an "
+                        "H100); t4: the earlier GPU preset; copy: the sink demonstration (copy task, ~5 min); "
+                        "induction: the same without <bos> (~9 min); text: the CPU natural-text checkpoints (~15 min)")
     t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")

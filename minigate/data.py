@@ -5,7 +5,11 @@ Corpora (`load_documents(name)` -> train documents, validation documents):
     wikitext-2       the articles of WikiText-2's *test* split, 90/10 by article (see below)
     wikitext-2-full  WikiText-2's own train / validation splits (needs the Hub or a full local copy)
     tinystories      TinyStories train / validation (Hub; capped at `max_chars`)
+    wikitext-103     WikiText-103's train / validation splits (Hub; capped at `max_chars`)
+    tinystories      TinyStories train / validation (Hub; capped at `max_chars`)
     python-stdlib    the .py files of this Python's standard library, 90/10 by file
+    python-code      the .py files of this Python's site-packages and standard library (the `code`
+                     preset's corpus: ~150 MB on a full install, read once in a 3000-step run), 90/10 by file
     a+b              several corpora, concatenated (e.g. "python-stdlib+wikitext-2")
 
 Where the text comes from: if the folder named by the environment variable MINIGATE_DATA_DIR
@@ -24,6 +28,15 @@ site-packages and the generated codec tables in encodings/. Files are ordered by
 relative path (deterministic, but mixing packages, so a size cap keeps a varied sample) and taken
 until `max_bytes`. The standard library changes between Python versions, so this corpus does too:
 `stdlib_info()` records the version, and so does every run's history.
+
+python-code: the same rule over every site-packages folder too (`site.getsitepackages()` and the user
+site), with test folders skipped, ordered by a hash of the path relative to its root, capped at
+`CODE_MAX_BYTES`. Every machine has one, of a different size: `python_code_info()` records what was read
+(Python version, files, bytes, a content hash), and `minigate train` writes it into run.json.
+
+Token cache: `encode_corpus(name, tokenizer)` tokenizes a corpus once (batched, with a progress bar) and
+keeps the ids in `MINIGATE_CACHE_DIR` (default ~/.cache/minigate/tokens) as uint16 (int32 past 65,536
+tokens), keyed by a hash of the documents and of the tokenizer; the next run reads them in a second.
 
 The tokenizer (`data/tokenizer.json`, used by the shipped checkpoints): byte-level BPE, vocab 4096,
 `<bos>` = id 0, trained by `build_tokenizer()` (or `python -m minigate.data build-tokenizer`) on the
@@ -48,6 +61,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -56,9 +70,13 @@ from .resources import DATA_DIR  # noqa: E402  (data/ of a checkout, or minigate
 
 DEFAULT_TOKENIZER = DATA_DIR / "tokenizer.json"
 STDLIB_MAX_BYTES = 6_000_000  # default cap of the python-stdlib corpus (the full 3.11 stdlib is ~10 MB)
+CODE_MAX_BYTES = 150_000_000  # default cap of python-code (the `code` preset reads it once); a smaller one for a
+#                               quick try or a test: the environment variable MINIGATE_CODE_MAX_BYTES
 HUB = {"wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),  # (repo, config) for datasets.load_dataset
+       "wikitext-103": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
        "tinystories": ("roneneldan/TinyStories", None)}
 LOCAL = {"wikitext-2": "wikitext-2-raw/wiki.{split}.raw",  # file names inside MINIGATE_DATA_DIR
+         "wikitext-103": "wikitext-103-raw/wiki.{split}.raw",
          "tinystories": "tinystories/TinyStories-{split}.txt"}
 LOCAL_SPLIT = {"train": "train", "validation": "valid", "test": "test"}  # Hub split -> local file name
 
@@ -126,7 +144,7 @@ def load_text(name: str, split: str, max_chars: int | None = None) -> str:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(HUB) + ['python-stdlib']}")
     if split not in LOCAL_SPLIT or (name == "tinystories" and split == "test"):
         raise ValueError(f"{name} has no split {split!r}; use 'train' or 'validation'"
-                         + (" or 'test'" if name == "wikitext-2" else ""))
+                         + (" or 'test'" if name.startswith("wikitext") else ""))
     local_dir = os.environ.get("MINIGATE_DATA_DIR")
     path = Path(local_dir) / LOCAL[name].format(split=LOCAL_SPLIT[split]) if local_dir else None
     if path is not None and path.is_file():
@@ -136,9 +154,9 @@ def load_text(name: str, split: str, max_chars: int | None = None) -> str:
         _say(f"{name} {split}: local copy {path}")
     else:
         rows = _from_hub(name, split, max_chars)  # wikitext rows are lines, tinystories rows are stories
-        sep = "" if name == "wikitext-2" else "\n<|endoftext|>\n"  # as in the TinyStories .txt files
+        sep = "" if name.startswith("wikitext") else "\n<|endoftext|>\n"  # as in the TinyStories .txt files
         text = "".join(r.rstrip() + sep if sep else r for r in rows)
-    return _normalize_wikitext(text) if name == "wikitext-2" else text
+    return _normalize_wikitext(text) if name.startswith("wikitext") else text
 
 
 # -- documents and the held-out split ------------------------------------------------------------------
@@ -200,6 +218,84 @@ def stdlib_documents(split: str, max_bytes: int | None = STDLIB_MAX_BYTES) -> li
     return [p.read_text(encoding="utf-8", errors="replace") for p in files]
 
 
+_SKIP_CODE = {"test", "tests", "testing", "idle_test", "__pycache__", "encodings"}
+
+
+def _code_roots() -> list[Path]:
+    """The standard library, then every site-packages folder of this Python (no duplicates)."""
+    import site
+
+    roots = [sysconfig.get_paths()["stdlib"], *site.getsitepackages(), site.getusersitepackages(),
+             sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    out = []
+    for r in roots:
+        p = Path(r).resolve()
+        if p.is_dir() and p not in out:
+            out.append(p)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _all_code_files() -> tuple[tuple[Path, str, int], ...]:
+    """(path, label, size) of every .py file under the roots, test folders skipped, in hashed order of
+    "<root kind>/<path relative to its root>" so the order is the same wherever Python is installed."""
+    files = []
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    for root in _code_roots():
+        kind = "stdlib" if root == stdlib else "site-packages"
+        for p in root.rglob("*.py"):
+            rel = p.relative_to(root)
+            parts = set(rel.parts[:-1])
+            if parts & _SKIP_CODE or (kind == "stdlib" and parts & {"site-packages", "dist-packages"}):
+                continue
+            if any(r != root and r.is_relative_to(root) and p.is_relative_to(r) for r in _code_roots()):
+                continue  # site-packages inside the stdlib folder: counted under its own root
+            files.append((p, f"{kind}/{rel.as_posix()}"))
+    files.sort(key=lambda f: hashlib.sha1(f[1].encode()).hexdigest())
+    return tuple((p, label, p.stat().st_size) for p, label in files)
+
+
+def code_max_bytes() -> int:
+    return int(os.environ.get("MINIGATE_CODE_MAX_BYTES") or CODE_MAX_BYTES)
+
+
+def code_files(max_bytes: int | None = None) -> list[Path]:
+    """The .py files of the python-code corpus, in their fixed (hashed-path) order, up to max_bytes
+    (None: code_max_bytes(), i.e. CODE_MAX_BYTES unless MINIGATE_CODE_MAX_BYTES says otherwise)."""
+    max_bytes = max_bytes or code_max_bytes()
+    out, total = [], 0
+    for p, _, size in _all_code_files():
+        if size == 0 or (max_bytes is not None and total + size > max_bytes):
+            continue
+        out.append(p)
+        total += size
+    return out
+
+
+def code_documents(split: str, max_bytes: int | None = None) -> list[str]:
+    """python-code's train or validation files (90/10 by file), one document per file."""
+    if split not in ("train", "validation"):
+        raise ValueError(f"python-code has splits 'train' and 'validation', not {split!r}")
+    files = train_val_split(code_files(max_bytes))[split == "validation"]
+    return [p.read_text(encoding="utf-8", errors="replace") for p in files]
+
+
+def python_code_info(max_bytes: int | None = None) -> dict:
+    """What python-code holds on this machine: Python version, files, bytes, and a SHA-256 of the contents."""
+    return _code_info(max_bytes or code_max_bytes())
+
+
+@functools.lru_cache(maxsize=4)
+def _code_info(max_bytes: int) -> dict:
+    files, h, total = code_files(max_bytes), hashlib.sha256(), 0
+    for p in files:
+        b = p.read_bytes()
+        h.update(hashlib.sha256(b).digest())
+        total += len(b)
+    return {"python": sys.version.split()[0], "roots": [str(r) for r in _code_roots()], "files": len(files),
+            "bytes": total, "max_bytes": max_bytes, "sha256": h.hexdigest()}
+
+
 def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[str], list[str]]:
     """(train documents, validation documents) of a corpus (see the module docstring for the names).
     `max_chars` caps each split of tinystories (its train split is 1.9 GB)."""
@@ -210,6 +306,12 @@ def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[
         return train_val_split(articles(load_text("wikitext-2", "test")))
     if name == "wikitext-2-full":
         return articles(load_text("wikitext-2", "train")), articles(load_text("wikitext-2", "validation"))
+    if name == "wikitext-103":
+        return articles(load_text(name, "train", max_chars)), articles(load_text(name, "validation", max_chars))
+    if name == "python-code":
+        info = python_code_info()
+        _say(f"python-code: {info['files']} files, {info['bytes']:,} bytes, Python {info['python']}")
+        return code_documents("train"), code_documents("validation")
     if name == "tinystories":
         def stories(split):
             text = load_text("tinystories", split, max_chars)
@@ -220,8 +322,8 @@ def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[
         info = stdlib_info()
         _say(f"python-stdlib: {info['files']} files, {info['bytes']:,} bytes, Python {info['python']}")
         return stdlib_documents("train"), stdlib_documents("validation")
-    raise ValueError(f"unknown corpus {name!r}; known: wikitext-2, wikitext-2-full, tinystories, "
-                     "python-stdlib, or several joined with '+'")
+    raise ValueError(f"unknown corpus {name!r}; known: wikitext-2, wikitext-2-full, wikitext-103, tinystories, "
+                     "python-stdlib, python-code, or several joined with '+'")
 
 
 # -- tokenizer -----------------------------------------------------------------------------------------
@@ -308,6 +410,49 @@ def encode(docs, tokenizer: "Tokenizer | TextTokenizer") -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get("MINIGATE_CACHE_DIR") or Path.home() / ".cache" / "minigate") / "tokens"
+
+
+def encode_cached(docs: list[str], tokenizer: Tokenizer, batch: int = 256, desc: str = "tokenize",
+                  cache: bool = True) -> torch.Tensor:
+    """encode(), batched with a progress bar, and cached on disk keyed by the documents and the tokenizer.
+    Returns int32 ids (1-d); on disk uint16 when the vocabulary fits."""
+    h = hashlib.sha256(tokenizer.to_str().encode())
+    for d in docs:
+        h.update(hashlib.sha256(d.encode("utf-8", "surrogatepass")).digest())
+    dtype = np.uint16 if tokenizer.get_vocab_size() <= 2**16 else np.int32
+    path = _cache_dir() / f"{h.hexdigest()[:32]}.{np.dtype(dtype).name}"
+    if cache and path.is_file():
+        return torch.from_numpy(np.fromfile(path, dtype=dtype).astype(np.int32))
+    from tqdm.auto import tqdm
+
+    parts = []
+    with tqdm(total=sum(map(len, docs)), unit="B", unit_scale=True, desc=desc, leave=False,
+              disable=len(docs) < 2 * batch) as bar:
+        for i in range(0, len(docs), batch):
+            chunk = docs[i: i + batch]
+            parts.extend(np.asarray(e.ids, dtype=dtype) for e in tokenizer.encode_batch(chunk))
+            bar.update(sum(map(len, chunk)))
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    if cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            ids.tofile(tmp)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only home: tokenize every time, say so once
+            _say(f"token cache not written ({e.strerror or e}); set MINIGATE_CACHE_DIR to a writable folder")
+    return torch.from_numpy(ids.astype(np.int32))
+
+
+def encode_corpus(name: str, tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train ids, validation ids) of a corpus, tokenized once and then read from the token cache."""
+    train_docs, val_docs = load_documents(name)
+    return (encode_cached(train_docs, tokenizer, desc=f"tokenize {name} train"),
+            encode_cached(val_docs, tokenizer, desc=f"tokenize {name} validation"))
+
+
 # -- batches -------------------------------------------------------------------------------------------
 def check_length(tokens: torch.Tensor, seq_len: int, what: str):
     if seq_len < 2:
@@ -337,7 +482,7 @@ def sample_batch(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: in
         rows = tokens[torch.randint(0, tokens.shape[0], (batch_size,), generator=generator)]
         return rows[:, :-1], rows[:, 1:]
     starts = torch.randint(0, tokens.numel() - seq_len + 1, (batch_size,), generator=generator)
-    y = torch.stack([tokens[s: s + seq_len] for s in starts.tolist()])
+    y = torch.stack([tokens[s: s + seq_len] for s in starts.tolist()]).long()
     x = torch.cat([torch.full((batch_size, 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1)
     return x, y
 
@@ -358,7 +503,7 @@ def eval_batches(tokens: torch.Tensor, batch_size: int, seq_len: int, bos_id: in
     for b, i in enumerate(range(0, n, batch_size)):
         if max_batches is not None and b >= max_batches:
             break
-        y = windows[i: i + batch_size]
+        y = windows[i: i + batch_size].long()
         yield torch.cat([torch.full((y.shape[0], 1), bos_id, dtype=torch.long), y[:, :-1]], dim=1), y
 
 

@@ -1,0 +1,91 @@
+"""The python-code corpus, the token cache, and the `code` preset's plumbing (a CPU-sized run)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import minigate
+from minigate import data
+from minigate.cli import main
+from minigate.train import PRESETS, TrainConfig
+
+SMALL = 2_000_000  # bytes of python-code for the tests (the preset reads up to 150 MB)
+
+
+def test_python_code_is_deterministic_capped_and_split_by_file():
+    files = data.code_files(SMALL)
+    assert files == data.code_files(SMALL) and len(files) > 20
+    assert sum(p.stat().st_size for p in files) <= SMALL
+    skipped = {"test", "tests", "testing", "__pycache__"}
+    assert not any(skipped & set(p.parts) for p in files) and all(p.suffix == ".py" for p in files)
+    roots = data._code_roots()
+    assert any("site-packages" in str(r) for r in roots) and any("site-packages" not in str(r) for r in roots)
+    train, val = data.train_val_split(files)
+    assert not set(train) & set(val) and len(val) == len(files) // 10
+    labels = [lab for _, lab, _ in data._all_code_files()]
+    assert labels[:50] == sorted(labels[:50], key=lambda s: __import__("hashlib").sha1(s.encode()).hexdigest())
+    info = data.python_code_info(SMALL)
+    assert info["files"] == len(files) and info["bytes"] <= SMALL and len(info["sha256"]) == 64
+    assert info["python"] == __import__("sys").version.split()[0]
+
+
+def test_load_documents_python_code_honours_the_cap(monkeypatch):
+    monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", str(SMALL))
+    train, val = data.load_documents("python-code")
+    assert len(train) + len(val) == len(data.code_files(SMALL))
+    assert sum(len(d.encode()) for d in train + val) <= SMALL + 10_000  # decoding may replace a few bytes
+
+
+def test_token_cache_matches_encode_and_is_keyed_by_tokenizer(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIGATE_CACHE_DIR", str(tmp_path))
+    tok = data.load_tokenizer()
+    docs = data.code_documents("validation", SMALL)
+    ids = data.encode_cached(docs, tok)
+    assert ids.dtype == torch.int32 and torch.equal(ids.long(), data.encode(docs, tok))
+    (cached,) = (tmp_path / "tokens").iterdir()
+    assert cached.suffix == ".uint16" and cached.stat().st_size == 2 * ids.numel()
+    assert np.array_equal(np.fromfile(cached, dtype=np.uint16), ids.numpy())
+
+    def no_encoding(*a, **k):
+        raise AssertionError("the cache should have been read")
+
+    monkeypatch.setattr(type(tok), "encode_batch", no_encoding, raising=False)
+    with pytest.raises(AssertionError):  # the patch bites on a miss...
+        data.encode_cached(docs[:3], tok)
+    assert torch.equal(data.encode_cached(docs, tok), ids)  # ...and a hit never encodes
+    monkeypatch.undo()
+    monkeypatch.setenv("MINIGATE_CACHE_DIR", str(tmp_path))
+    other = data.train_tokenizer(docs[:20], vocab_size=300)
+    data.encode_cached(docs, other)
+    assert len(list((tmp_path / "tokens").iterdir())) == 2  # another tokenizer, another entry
+
+
+def test_code_preset_is_the_measured_recipe():
+    p = PRESETS["code"]
+    assert p.corpus == "python-code" and p.probe == "wikitext-2"
+    cfg = minigate.train.model_config("code", "headwise")
+    sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
+    assert sizes == (6, 256, 8, 32, 768, 512)
+    t = p.train
+    assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (3000, 32, 512, 3e-3, 300, 0.1)
+    assert t.compile == "auto" and t.min_lr_ratio == 0.1
+    assert 6.0e6 < minigate.Transformer(minigate.train.model_config("code")).num_params() < 6.5e6
+    with pytest.raises(ValueError, match="compile"):
+        TrainConfig(compile="sometimes")
+
+
+def test_code_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", str(SMALL))
+    out = tmp_path / "code"
+    shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
+    assert main(["train", "--preset", "code", "--gate", "elementwise", "--out", str(out), "--steps", "2",
+                 "--quiet", "--threads", "1", *shrink]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["corpus"] == "python-code" and run["python_code"]["bytes"] <= SMALL
+    assert run["python_code"]["sha256"] == data.python_code_info(SMALL)["sha256"]
+    assert run["train"]["compile"] == "auto"  # compiled on CUDA only: this CPU run was eager
+    history = json.loads((out / "history.json").read_text())
+    assert [m["step"] for m in history["metrics"]] == [1, 2] and history["metrics"][-1]["m_act"] > 0
+    assert minigate.from_pretrained(out / "model").cfg.gate_granularity == "elementwise"

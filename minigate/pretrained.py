@@ -68,11 +68,12 @@ def atomic_write(path: str | os.PathLike, write):
         raise
 
 
-def save_pretrained(model: Transformer, path: str | os.PathLike) -> Path:
-    """Write config.json (official keys) and model.safetensors (official names) into `path`."""
+def save_pretrained(model: Transformer, path: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+    """Write config.json (official keys) and model.safetensors (official names) into `path`; `dtype` (e.g.
+    torch.bfloat16) stores the weights in it, half the size: from_pretrained gives back exactly those values."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in to_official_state_dict(model).items()}
+    tensors = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in to_official_state_dict(model).items()}
     atomic_write(path / "model.safetensors", lambda f: f.write(save(tensors, metadata={"format": "pt"})))
     atomic_write(path / "config.json", lambda f: f.write(json.dumps(model.cfg.to_hf_config(), indent=2).encode()))
     return path

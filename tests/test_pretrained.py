@@ -234,6 +234,20 @@ def test_half_precision_load(tmp_path):
     assert torch.isfinite(m(_tokens()).float()).all()
 
 
+def test_16_bit_save_halves_the_file_and_reloads_exactly(tmp_path):
+    torch.manual_seed(0)
+    model = minigate.Transformer(minigate.ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2,
+                                                      head_dim=16, d_ff=64, gate="G1"))
+    minigate.save_pretrained(model, tmp_path / "fp32")
+    minigate.save_pretrained(model, tmp_path / "bf16", dtype=torch.bfloat16)
+    size = lambda d: (tmp_path / d / "model.safetensors").stat().st_size
+    assert size("bf16") < 0.55 * size("fp32")
+    back = minigate.from_pretrained(tmp_path / "bf16")  # float32, holding the bf16 values exactly
+    want = {k: v.to(torch.bfloat16).float() for k, v in model.state_dict().items()}
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in want.items())
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself is untouched
+
+
 def test_offline_hub_gives_clear_error_quickly(monkeypatch):
     import time
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import nbformat
 
 from .checks import PASSED_RE, not_implemented_notice
+from .checks.grade import set_nbgrader
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
@@ -176,6 +177,7 @@ def build(solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons"
         solution = nbformat.read(src, as_version=4)
         before = nbformat.from_dict(solution)
         set_header(solution, f"solutions/{src.name}")
+        set_nbgrader(solution)  # nbgrader metadata on exercise and check cells; the lesson copies it
         if solution != before:  # compared as data: a solution saved by Jupyter is not reformatted
             stale.append(f"solutions/{src.name}")
             if not check:
@@ -195,8 +197,13 @@ def build(solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons"
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["grade"]:  # python -m minigate.course grade NOTEBOOK... (minigate/checks/grade.py)
+        from .checks.grade import main as grade
+
+        return grade(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m minigate.course", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["build"])
+    parser.add_argument("command", choices=["build", "grade"])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a lesson is stale")
     parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
     parser.add_argument("--lessons", type=Path, default=ROOT / "lessons")

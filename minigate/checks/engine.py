@@ -123,6 +123,8 @@ def _structure_hint(got, want, where: str = "") -> str | None:
     if got.shape != want.shape and not got.numel() == 1 == want.numel():
         if want.dim() == 0:
             return f"{where}expected a single number, got a tensor of shape {tuple(got.shape)}"
+        if got.dim() == 0:
+            return f"{where}expected a tensor of shape {tuple(want.shape)}, got a single number"
         return f"{where}expected shape {tuple(want.shape)}, got {tuple(got.shape)}"
     if got.is_complex() or not (got.is_floating_point() or got.dtype in (torch.bool, *_INTS)):
         return f"{where}expected real numbers, got a tensor of dtype {got.dtype}"

@@ -1,0 +1,115 @@
+"""Grading for instructors: `python -m minigate.course grade` scores notebooks with a known number of solved
+exercises, and the build's nbgrader metadata marks every exercise and check cell."""
+
+import csv
+import json
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from minigate import checks, course
+from minigate.checks import grade
+
+IMPORTS = "import torch\nfrom einops import rearrange\nfrom minigate import checks"
+SOLVED = {
+    "g1_gate": "def g1_gate(z, gate_logits):\n    if gate_logits.dim() == 3:\n"
+               "        gate_logits = rearrange(gate_logits, 'b t h -> b t h 1')\n"
+               "    return z * torch.sigmoid(gate_logits)",
+    "gated_output": "def gated_output(z, gate_logits, w_o):\n"
+                    "    return rearrange(z * torch.sigmoid(gate_logits), 'b t h d -> b t (h d)') @ w_o.T",
+    "gate_param_count": "def gate_param_count(cfg):\n    return cfg.n_layers * cfg.d_model * cfg.n_heads * "
+                        "(1 if cfg.gate_granularity == 'headwise' else cfg.head_dim)",
+}
+WRONG_T4 = "def t4_minutes(*args):\n    return checks.reference_t4_minutes(*args) * 60  # seconds, not minutes"
+
+
+def stub(name, args="*args"):
+    return f"def {name}({args}):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+
+
+def notebook(path, exercises):
+    """A learner's notebook: an imports cell, then per exercise its cell and its check cell; one cell raises."""
+    cells = [new_code_cell(IMPORTS)]
+    for name, source in exercises:
+        cells += [new_code_cell(source), new_code_cell(f"{name} = checks.{name}({name})")]
+    cells.insert(3, new_code_cell("1 / 0  # an error of the learner's between exercises: grading goes on"))
+    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                            "language": "python"}})
+    nbformat.write(nb, path)
+    return path
+
+
+def test_grade_scores_known_notebooks(tmp_path, capsys):
+    mixed = notebook(tmp_path / "alice.ipynb", [  # 2 solved, 1 wrong, 1 not attempted
+        ("g1_gate", SOLVED["g1_gate"]), ("gate_param_count", stub("gate_param_count", "cfg")),
+        ("t4_minutes", WRONG_T4), ("gated_output", SOLVED["gated_output"])])
+    untouched = notebook(tmp_path / "bob.ipynb", [(name, stub(name)) for name in
+                                                  ("g1_gate", "gate_param_count", "t4_minutes", "gated_output")])
+    rc = course.main(["grade", str(mixed), str(untouched), "--csv", str(tmp_path / "s.csv"),
+                      "--json", str(tmp_path / "s.json"), "--timeout", "120"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    assert rows["exercise"].split() == ["exercise", "alice.ipynb", "bob.ipynb"]
+    assert rows["g1_gate"].split() == ["g1_gate", "passed", "not", "attempted"]
+    assert rows["gate_param_count"].split() == ["gate_param_count", "not", "attempted", "not", "attempted"]
+    assert rows["t4_minutes"].split() == ["t4_minutes", "failed", "not", "attempted"]
+    assert rows["gated_output"].split() == ["gated_output", "passed", "not", "attempted"]
+    assert rows["total"].split() == ["total", "2/4", "passed", "0/4", "passed"]
+
+    with open(tmp_path / "s.csv", newline="", encoding="utf-8") as f:
+        records = list(csv.DictReader(f))
+    assert len(records) == 8
+    t4 = next(r for r in records if r["notebook"] == str(mixed) and r["exercise"] == "t4_minutes")
+    assert t4["status"] == "failed" and "return minutes" in t4["message"]  # the check's own hint
+
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert [(n["passed"], n["exercises"]) for n in data["notebooks"]] == [(2, 4), (0, 4)]
+    assert data["notebooks"][1]["results"]["g1_gate"]["status"] == "not attempted"
+
+
+def test_a_check_cell_is_scored_from_its_outputs():
+    cell = new_code_cell("f = checks.f(f)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ f: passed (3 cases)\n")]
+    assert grade.score_cell(cell, "f")[0] == "passed"
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", traceback=[],
+                                           evalue=checks.not_attempted_message("f"))]
+    assert grade.score_cell(cell, "f")[0] == "not attempted"
+    cell.outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'f' is not defined",
+                                           traceback=[])]
+    assert grade.score_cell(cell, "f") == ("failed", "NameError: name 'f' is not defined")
+    cell.outputs = []
+    assert grade.score_cell(cell, "f") == ("failed", "the cell did not run")
+
+
+def test_every_lesson_check_cell_is_found_and_gets_nbgrader_metadata():
+    found = []
+    for path in sorted((course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB)):
+        nb = nbformat.read(path, as_version=4)
+        grade.set_nbgrader(nb)
+        found += [name for _, name in grade.check_cells(nb)]
+        metas = [c.metadata["nbgrader"] for c in nb.cells if "nbgrader" in c.metadata]
+        assert len({m["grade_id"] for m in metas}) == len(metas), path  # unique grade ids
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader")
+            if course.BEGIN in cell.source:
+                assert meta == dict(grade=False, grade_id=meta["grade_id"], locked=False, schema_version=3,
+                                    solution=True), (path, cell.source[:60])
+            elif grade.CHECK_CELL_RE.search(cell.source):
+                assert meta == dict(grade=True, grade_id=meta["grade_id"], locked=True, points=1, schema_version=3,
+                                    solution=False)
+    assert sorted(found) == sorted(checks.EXERCISES)
+
+
+def test_the_build_writes_nbgrader_metadata_into_solutions_and_lessons(tmp_path):
+    sol, les = tmp_path / "solutions", tmp_path / "lessons"
+    sol.mkdir()
+    exercise = "def double(x):\n    ### BEGIN SOLUTION\n    return x + x\n    ### END SOLUTION"
+    nbformat.write(new_notebook(cells=[new_code_cell(exercise), new_code_cell("double = checks.double(double)")]),
+                   sol / "01_demo.ipynb")
+    course.build(sol, les)
+    for folder in (sol, les):
+        cells = nbformat.read(folder / "01_demo.ipynb", as_version=4).cells
+        assert cells[0].metadata["nbgrader"]["solution"] and cells[0].metadata["nbgrader"]["grade_id"] == "double"
+        assert cells[1].metadata["nbgrader"]["grade"] and cells[1].metadata["nbgrader"]["points"] == 1
+    assert course.build(sol, les, check=True) == []  # idempotent

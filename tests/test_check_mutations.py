@@ -201,6 +201,7 @@ MUTATIONS = [
     ("rank_layers", "one digit", lambda r, k="open": l6._rank_layers(r, k, pattern="one digit"), "two digits"),
     ("rank_layers", "sorted (name, Perplexity) items", _ranked_items, "(layer, damage) pair of numbers"),
     ("rank_layers", "a dict", lambda r, k="open": dict(l6._rank_layers(r, k)), "got a dict"),
+    ("rank_layers", "a float32 tensor", lambda r, k="open": torch.tensor(l6._rank_layers(r, k)), "not a tensor"),
     ("param_count", "kv as heads", lambda c: l7._param_count(c, kv="heads"), "n_kv_heads * head_dim rows"),
     ("param_count", "gate ignored", lambda c: l7._param_count(c, gate="ignored"), "extra rows of q_proj"),
     ("param_count", "gate swapped", lambda c: l7._param_count(c, gate="swapped"), "one gate row per head"),
@@ -339,7 +340,7 @@ def test_generic_hint_reports_the_true_largest_error_and_its_step():
     clamp = l3._over_steps(lambda s, c: l3._schedule(s, c, floor="clamp"))
     got, want = engine.as_tree(clamp(cfg)), engine.as_tree(l3._over_steps(lr_at)(cfg))
     hint = engine._generic_hint(got, want, (1e-12, 1e-6), lambda idx: f"step {idx[0] + 1}")
-    assert hint.startswith("max |difference| = 8.94e-05 at step 81;"), hint
+    assert hint.startswith("max |difference| = 8.94e-05 at step 81 (yours is lower);"), hint
 
 
 def test_generic_hint_skips_differences_within_the_tolerance():

@@ -82,6 +82,12 @@ def test_a_check_cell_is_scored_from_its_outputs():
     assert grade.score_cell(cell, "f") == ("failed", "the cell did not run")
 
 
+def test_a_deleted_check_cell_fails():
+    results = grade.complete({"a.ipynb": {"f": ("passed", ""), "g": ("passed", "")}, "b.ipynb": {"f": ("passed", "")}})
+    assert results["b.ipynb"]["g"][0] == "failed" and "no check cell" in results["b.ipynb"]["g"][1]
+    assert "1/2 passed" in grade.table(results).splitlines()[-1]
+
+
 def test_every_lesson_check_cell_is_found_and_gets_nbgrader_metadata():
     found = []
     for path in sorted((course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB)):

@@ -165,8 +165,10 @@ def _generic_hint(got, want, tol: tuple[float, float], index_label: Callable | N
                    "-inf, or an exp overflowing?)"
         diff = torch.where(g == w, 0.0, (g - w).abs()).nan_to_num(nan=float("inf"))
         flat = diff.flatten().argmax()
-        return f"{where}max |difference| = {diff.flatten()[flat].item():.3g}{at(flat)}; print both on a small case " \
-               "and compare"
+        side = "" if g.flatten()[flat].isnan() else \
+            f" (yours is {'higher' if g.flatten()[flat] > w.flatten()[flat] else 'lower'})"
+        return f"{where}max |difference| = {diff.flatten()[flat].item():.3g}{at(flat)}{side}; print both on a small " \
+               "case and compare"
     return "the output differs only within the tolerance's reach; print both on a small case and compare"
 
 

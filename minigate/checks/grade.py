@@ -121,6 +121,14 @@ def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]
     return results
 
 
+def complete(results: dict[str, dict[str, tuple[str, str]]]) -> dict[str, dict[str, tuple[str, str]]]:
+    """Every notebook scored on every exercise that any of them checks: a check cell deleted from a notebook
+    fails (a learner cannot skip an exercise by removing its check)."""
+    names = list(dict.fromkeys(n for per_nb in results.values() for n in per_nb))
+    return {nb: {n: per_nb.get(n, ("failed", f"no check cell `{n} = checks.{n}({n})` in this notebook"))
+                 for n in names} for nb, per_nb in results.items()}
+
+
 def table(results: dict[str, dict[str, tuple[str, str]]]) -> str:
     """The score table: one row per exercise, one column per notebook, and the totals."""
     names = list(dict.fromkeys(n for per_nb in results.values() for n in per_nb))
@@ -169,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:  # missing, or not a notebook
             print(f"error: cannot read {path}: {e}", file=sys.stderr)
             return 2
+    results = complete(results)
     print(table(results))
     if args.csv:
         write_csv(results, args.csv)

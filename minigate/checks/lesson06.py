@@ -193,7 +193,8 @@ def _as_rows(f: Callable) -> Callable:
         if ranked is None:
             raise Mismatch(NONE_HINT)
         if isinstance(ranked, torch.Tensor):
-            return ranked.double()
+            raise Mismatch("return a list of (layer, damage) pairs, most damaging first, not a tensor (a float32 "
+                           "tensor also rounds the damage)")
         if not isinstance(ranked, (list, tuple)):
             raise Mismatch(f"return a list of (layer, damage) pairs, most damaging first; got {what(ranked)}")
         rows = []

@@ -349,6 +349,11 @@ def test_generic_hint_skips_differences_within_the_tolerance():
     assert engine._generic_hint(got, want, (1e-5, 1e-4)).startswith("output 1: max |difference| = 0.5 at index [1, 1]")
 
 
+def test_generic_hint_ignores_nans_where_they_are_expected():
+    want = torch.tensor([float("nan"), 1.0, 2.0])
+    assert "= 1 at index [2]" in engine._generic_hint(torch.tensor([float("nan"), 1.0, 3.0]), want, (1e-5, 1e-4))
+
+
 def test_generic_hint_names_nans():
     hint = engine._generic_hint(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), (1e-5, 1e-4))
     assert "NaNs at index [1]" in hint

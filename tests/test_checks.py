@@ -44,7 +44,7 @@ def _mistakes():
         (checks.split_q_proj, lambda *x: checks._split(*x, layout="all queries first"), "not all at the end"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=-1), "the first step is not 0"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=1), "(not (s + 1))"),
-        (checks.lr_schedule, lambda st, c: s(st, c, floor=False), "no min_lr floor"),
+        (checks.lr_schedule, lambda st, c: s(st, c, floor="none"), "no min_lr floor"),
         (checks.lr_schedule, lambda st, c: s(st, c, shape="linear"), "linear decay"),
         (checks.lr_schedule, lambda st, c: s(st, c, from_warmup=False), "starts at the end of the warmup"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, first_query=1), "query 0 included"),

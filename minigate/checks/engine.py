@@ -163,7 +163,8 @@ def _generic_hint(got, want, tol: tuple[float, float], index_label: Callable | N
         if nan.any():
             return f"{where}your output has NaNs{at(nan.flatten().nonzero()[0, 0])} (is a row of scores entirely " \
                    "-inf, or an exp overflowing?)"
-        diff = torch.where(g == w, 0.0, (g - w).abs()).nan_to_num(nan=float("inf"))
+        same = (g == w) | torch.isnan(g) & torch.isnan(w)
+        diff = torch.where(same, 0.0, (g - w).abs()).nan_to_num(nan=float("inf"))  # a NaN where want has none: inf
         flat = diff.flatten().argmax()
         side = "" if g.flatten()[flat].isnan() else \
             f" (yours is {'higher' if g.flatten()[flat] > w.flatten()[flat] else 'lower'})"

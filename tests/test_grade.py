@@ -68,6 +68,25 @@ def test_grade_scores_known_notebooks(tmp_path, capsys):
     assert data["notebooks"][1]["results"]["g1_gate"]["status"] == "not attempted"
 
 
+def test_grade_a_real_lesson_with_one_exercise_solved(tmp_path, capsys):
+    """Lesson 07's imports and its two exercises: param_count as in the solutions, t4_minutes as the lesson's stub."""
+    solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
+    lesson = course.lesson_from_solution(solution)
+    imports = next(i for i, c in enumerate(solution.cells) if "from minigate import checks" in c.source)
+
+    def exercise(nb, name):  # the exercise cell, then its check cell
+        check = next(i for i, n in grade.check_cells(nb) if n == name)
+        return [next(c for c in nb.cells[:check][::-1] if f"def {name}(" in c.source), nb.cells[check]]
+
+    cells = [solution.cells[imports], *exercise(solution, "param_count"), *exercise(lesson, "t4_minutes")]
+    nb = new_notebook(cells=[new_code_cell(c.source) for c in cells], metadata=solution.metadata)
+    nbformat.write(nb, tmp_path / "learner.ipynb")
+    assert grade.main([str(tmp_path / "learner.ipynb"), "--timeout", "120"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["param_count", "passed"] and out[2].split() == ["t4_minutes", "not", "attempted"]
+    assert out[3].split() == ["total", "1/2", "passed"]
+
+
 def test_a_check_cell_is_scored_from_its_outputs():
     cell = new_code_cell("f = checks.f(f)")
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ f: passed (3 cases)\n")]

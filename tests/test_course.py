@@ -215,3 +215,27 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
                           "no:cacheprovider", "--nbval-sanitize-with", str(course.ROOT / "lessons/nbval_sanitize.cfg"),
                           "solutions", "lessons"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-3000:]
+
+
+def test_lesson_headers_state_the_readme_times_and_end_with_a_self_check():
+    """Study and run times: one number each, the same in the lesson's header and in the README; every lesson
+    ends with 3-5 self-check questions whose answers stay in solutions/."""
+    import re
+
+    readme = (course.ROOT / "README.md").read_text(encoding="utf-8")
+    study = dict(re.findall(r"^\| (\d\d) [^|]+\| about (\d+) min \|", readme, flags=re.M))
+    run = dict(re.findall(r"^\| (\d\d) [^|]+\|[^|]+\|[^|]+\| (\d+) s \|$", readme, flags=re.M))
+    names = sorted(p.name for p in (course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB))
+    assert sorted(study) == sorted(run) == [n[:2] for n in names]
+    for name in names:
+        header = nbformat.read(course.ROOT / "lessons" / name, as_version=4).cells[0].source
+        n = name[:2]
+        assert f"**Study time:** about {study[n]} minutes" in header, name
+        assert "**Run time:**" in header and f"about {run[n]} s" in header, name
+        solution = nbformat.read(course.ROOT / "solutions" / name, as_version=4).cells
+        lesson = nbformat.read(course.ROOT / "lessons" / name, as_version=4).cells
+        assert lesson[-1].source.startswith("## Check yourself"), name
+        questions = re.findall(r"^\d\. ", lesson[-1].source, flags=re.M)
+        assert 3 <= len(questions) <= 5, name
+        assert "answers" in solution[-1].metadata.get("tags", []), name
+        assert len(re.findall(r"^\d\. ", solution[-1].source, flags=re.M)) == len(questions), name

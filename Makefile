@@ -2,6 +2,7 @@
 #   make lab    install, then open the lessons in JupyterLab
 #   make lessons  rebuild lessons/ from solutions/ (the exercise stubs)
 #   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
+#   make gpu-check  on a CUDA machine: every solutions notebook with CUDA + the GPU tests (tests/gpu/check.py)
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -10,7 +11,7 @@ STAMP   := $(VENV)/.installed
 export MINIGATE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
-.PHONY: install lab lessons test bench clean
+.PHONY: install lab lessons test gpu-check bench clean
 
 install: $(STAMP)
 
@@ -30,6 +31,9 @@ lessons: install
 test: install
 	$(BIN)/ruff check minigate tests
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/pytest tests/ $(wildcard lessons/*.ipynb solutions/*.ipynb) $(NBVAL)
+
+gpu-check: install
+	$(BIN)/python tests/gpu/check.py
 
 bench: install
 	$(BIN)/python -m minigate.bench model

@@ -14,3 +14,8 @@ if "MINIGATE_CACHE_DIR" not in os.environ:
     os.environ["MINIGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="minigate-cache-")
     atexit.register(shutil.rmtree, os.environ["MINIGATE_CACHE_DIR"], True)
 torch.set_num_threads(1)  # tests share a 2-core machine; one thread each keeps them from oversubscribing
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/gpu; `python tests/gpu/check.py` runs them)")
+

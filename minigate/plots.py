@@ -12,7 +12,7 @@ import re
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import LogNorm
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 COLORS = {"baseline": "tab:red", "none": "tab:red", "headwise": "tab:blue", "elementwise": "tab:green"}
 
@@ -27,6 +27,24 @@ def _integer_ticks(ax, x: bool = True, y: bool = False):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if y:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _plain(value: float, _pos=None) -> str:
+    """A log axis's tick label as a plain number (150, 2,000), or 1e+06 once it gets long."""
+    return f"{value:,.6g}" if 1e-3 <= value < 1e5 else f"{value:.0e}"
+
+
+def _log_ticks(ax, axis: str = "y"):
+    """Readable ticks on a log axis (call after plotting): plain numbers, and within three decades the
+    1-2-5 steps (100, 200, 500; finer within one decade) instead of bare powers of ten."""
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    decades = math.log10(hi / lo) if lo > 0 else math.inf
+    subs = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8) if decades <= 0.5 else (1, 1.5, 2, 3, 4, 5, 7) if decades <= 1
+            else (1, 2, 5) if decades <= 3 else (1,))
+    a.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    a.set_major_formatter(FuncFormatter(_plain))
+    a.set_minor_formatter(NullFormatter())
 
 
 def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss"):
@@ -101,6 +119,7 @@ def massive_activations(acts: dict, title: str = "Largest residual activation pe
                 label=f"{name}: M-Act {a.m_act:.1f}, peak {a.peak:.0f}")
     ax.set(xlabel="layer", ylabel="max |residual value|", yscale="log", title=title)
     _integer_ticks(ax)
+    _log_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -244,6 +263,7 @@ def sweep_curve(results: dict, title: str = "All gates fixed to one constant"):
         if ref in results:
             ax.axhline(results[ref].ppl, color=style[0], ls=style[1:], label=f"{ref}: {results[ref].ppl:.4g}")
     ax.set(xlabel="gate value", ylabel="perplexity", yscale="log", title=title)
+    _log_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -263,6 +283,7 @@ def layer_ablation(results: dict, title: str = "One layer's gates forced open or
         ax.axhline(results["learned"].ppl, color="g", ls="--", label=f"learned: {results['learned'].ppl:.4g}")
     ax.set(xlabel="layer", ylabel="perplexity", yscale="log", title=title)
     ax.set_xticks(layers)
+    _log_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -130,3 +130,20 @@ def test_ablation_figures():
     assert ax.get_images()[0].get_array().shape == (1, 4) and [t.get_text() for t in ax.get_yticklabels()] == ["1"]
     with pytest.raises(ValueError, match="head_conditions"):
         plots.head_ablation({"learned": res["learned"]})
+
+
+def test_log_axes_have_plain_readable_ticks():
+    """Perplexity and M-Act axes: plain numbers (150, not 1.5x10^2), several labels even within one decade."""
+    from types import SimpleNamespace
+
+    res = {"learned": SimpleNamespace(ppl=99.5, ci=None), "L0 open": SimpleNamespace(ppl=184, ci=None),
+           "L0 closed": SimpleNamespace(ppl=130, ci=None), "L1 open": SimpleNamespace(ppl=120, ci=None),
+           "L1 closed": SimpleNamespace(ppl=103, ci=None)}
+    fig = plots.layer_ablation(res)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    labels = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi and t.get_text()]
+    assert len(labels) >= 3 and all(label.replace(",", "").isdigit() for label in labels), labels
+    assert plots._plain(150) == "150" and plots._plain(2000) == "2,000" and plots._plain(3e7) == "3e+07"
+    plt.close(fig)

@@ -1,15 +1,17 @@
-"""Training throughput (tokens/s) on CPU for the `ci` preset's sizes and batches:
+"""Training throughput (tokens/s) of train() against a bare loop, on CPU (`ci` sizes) or CUDA (`code` sizes):
 
     minigate train() baseline / G1 headwise / G1 elementwise   the real loop (AdamW, schedule, clipping,
                                                                  history, progress bookkeeping)
     minigate baseline, plain loop                               the same model in a bare PyTorch loop
     transformers Qwen3ForCausalLM, plain loop                   Qwen3Config with the same sizes
+    minigate train() baseline, compile=True                     CUDA only: torch.compile (steady state;
+                                                                 its one-off compile time is printed apart)
 
 Contenders take turns (rounds of --steps steps each, round-robin) so they share the machine's
 noise; each step's time runs from sampling the batch to the end of the optimizer step, as in
 train()'s own tokens/s. The first step of every round is dropped. Reports medians and ratios.
 
-    python -m minigate.bench train [--threads 2] [--rounds 5] [--steps 10]
+    python -m minigate.bench train [--device auto] [--threads 2] [--rounds 5] [--steps 10]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 
 from minigate import Transformer
 from minigate.data import sample_batch
-from minigate.train import PRESETS, _loss, lr_at, make_optimizer, model_config, train
+from minigate.train import PRESETS, _loss, lr_at, make_optimizer, model_config, pick_device, pick_precision, train
 
 
 def qwen3_twin(cfg):
@@ -37,19 +39,26 @@ def qwen3_twin(cfg):
 
 
 def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
-    """A bare loop doing the same work per step as train(): AdamW with the schedule, clipping."""
-    model.train()
-    opt = make_optimizer(model, cfg, torch.device("cpu"))
+    """A bare loop doing the same work per step as train(): AdamW with the schedule, clipping, autocast."""
+    device = pick_device(cfg.device)
+    amp_dtype, use_scaler = pick_precision(cfg.precision, device)
+    model.to(device).train()
+    opt = make_optimizer(model, cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     rates = []
     for step in range(1, cfg.steps + 1):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         t0 = time.perf_counter()
         x, y = sample_batch(tokens, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
-        loss = _loss(logits_of(model, x), y)
-        loss.backward()
+        with torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
+            loss = _loss(logits_of(model, x.to(device)), y.to(device))
+        scaler.scale(loss).backward()
+        loss.item()  # train() reads the loss every step too (and so waits for the GPU)
+        scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         rates.append(cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0))
     return rates
@@ -58,35 +67,46 @@ def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m minigate.bench train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto (cuda if there is one), cpu or cuda")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5, help="turns per contender")
     ap.add_argument("--steps", type=int, default=10, help="training steps per turn")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    preset = PRESETS["ci"]
-    cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9,
-                              eval_batches=1, ckpt_every=0, device="cpu", precision="fp32")
+    device = pick_device(args.device)
+    preset_name = "code" if device.type == "cuda" else "ci"
+    preset = PRESETS[preset_name]
+    cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9, eval_batches=1,
+                              ckpt_every=0, ckpt_minutes=0, device=str(device), compile=False,
+                              precision="auto" if device.type == "cuda" else "fp32")
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(1, 4096, (200_000,), generator=gen)
     val = tokens[: cfg.seq_len * cfg.batch_size]
 
-    def minigate_train(model):
-        return lambda: train(model, tokens, val, cfg, progress=False).tokens_per_s
+    def minigate_train(model, **kw):
+        return lambda: train(model, tokens, val, dataclasses.replace(cfg, **kw), progress=False).tokens_per_s
 
     def plain(model, logits_of):
         return lambda: plain_loop(model, logits_of, tokens, cfg, gen)
 
     torch.manual_seed(0)
-    models = {gate: Transformer(model_config("ci", gate)) for gate in ("none", "headwise", "elementwise")}
+    models = {gate: Transformer(model_config(preset_name, gate)) for gate in ("none", "headwise", "elementwise")}
     contenders = {
         "minigate train() baseline": minigate_train(models["none"]),
         "minigate train() G1 headwise": minigate_train(models["headwise"]),
         "minigate train() G1 elementwise": minigate_train(models["elementwise"]),
         # the very same model object as train() baseline, so only the loop differs
         "minigate baseline, plain loop": plain(models["none"], lambda m, x: m(x)),
-        "transformers Qwen3, plain loop": plain(qwen3_twin(model_config("ci", "none")),
+        "transformers Qwen3, plain loop": plain(qwen3_twin(model_config(preset_name, "none")),
                                                 lambda m, x: m(input_ids=x).logits),
     }
+    compile_s = None
+    if device.type == "cuda":  # its own model: compiling must not change what the others run
+        compiled = Transformer(model_config(preset_name, "none"))
+        contenders["minigate train() baseline, compile=True"] = minigate_train(compiled, compile=True)
+        t0 = time.perf_counter()
+        contenders["minigate train() baseline, compile=True"]()
+        compile_s = time.perf_counter() - t0
     for run in contenders.values():  # warm-up turn: first-call costs (imports, allocator) out of the way
         run()
     rates = {name: [] for name in contenders}
@@ -95,9 +115,10 @@ def main(argv=None):
             rates[name] += run()[1:]
     med = {name: statistics.median(r) for name, r in rates.items()}
 
-    m = model_config("ci")
+    m = model_config(preset_name)
     n = len(rates["minigate train() baseline"])
-    print(f"training tokens/s on CPU, {args.threads} threads, ci preset: batch {cfg.batch_size} x "
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {args.threads} threads"
+    print(f"training tokens/s on {where}, {preset_name} preset ({cfg.precision}): batch {cfg.batch_size} x "
           f"{cfg.seq_len}, d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; median of {n} "
           f"steps per contender ({args.rounds} interleaved rounds of {args.steps})")
     base = med["minigate train() baseline"]
@@ -110,6 +131,12 @@ def main(argv=None):
           f"{med['minigate baseline, plain loop'] / base:.3f}x")
     for g in ("headwise", "elementwise"):
         print(f"gated / baseline, G1 {g}: {med[f'minigate train() G1 {g}'] / base:.3f}x tokens/s")
+    if compile_s is not None:
+        fast = med["minigate train() baseline, compile=True"]
+        tokens_run = preset.train.steps * cfg.batch_size * cfg.seq_len  # the whole preset run
+        print(f"compile=True / eager: {fast / base:.3f}x tokens/s after {compile_s:.0f} s of compiling (first "
+              f"turn); end to end over the preset's {preset.train.steps} steps: "
+              f"{(tokens_run / base) / (compile_s + tokens_run / fast):.2f}x")
     return med
 
 

@@ -45,7 +45,8 @@ def dirs(tmp_path):
 def test_markers_become_stubs_at_the_marker_indentation(dirs):
     sol, les = dirs
     write_solution(sol)
-    assert course.build(sol, les) == ["01_demo.ipynb"]
+    # the first build also writes nbgrader metadata into the solution (nbgrader's source notebook)
+    assert course.build(sol, les) == ["solutions/01_demo.ipynb", "01_demo.ipynb"]
     lesson = nbformat.read(les / "01_demo.ipynb", as_version=4)
     src = lesson.cells[1].source
     assert "    # YOUR CODE HERE\n    raise NotImplementedError()\n\nclass Box:" in src

@@ -558,7 +558,7 @@ PRESETS: dict[str, Preset] = {
         train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
                           eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
 }
-# The GPU recipe that shows the paper's effects on natural data (../docs/gpu.md): the t4 model at seq_len 512
+# The GPU recipe that shows the paper's effects on natural data (docs/gpu.md): the t4 model at seq_len 512
 # on python-code, read once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model.
 # A T4 is a projection, not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate).
 PRESETS["code"] = Preset(

@@ -101,6 +101,15 @@ class Attention(nn.Module):
             return 1
         return self.cfg.n_kv_heads if self.cfg.gate in ("G2", "G3") else self.cfg.n_heads
 
+    def num_gate_params(self) -> int:
+        """Weights that compute this layer's gate: its rows of q_proj (official G1 layout) or gate_proj, and
+        the gate bias; 0 for an ungated layer."""
+        cfg = self.cfg
+        if cfg.gate == "none":
+            return 0
+        n = sum(p.numel() for name, p in self.named_parameters() if name.startswith("gate_"))
+        return n + (cfg.n_heads * cfg.gate_width_per_head * cfg.d_model if cfg.gate_in_q_proj else 0)
+
     def _gate_logits(self, x: torch.Tensor, q_gate: torch.Tensor | None) -> torch.Tensor:
         """Gate logits, (batch, pos, gate_head, e) with e = 1 or d_head; G5: (batch, pos, d_model)."""
         cfg = self.cfg

@@ -117,15 +117,11 @@ class Transformer(HookedRootModule):
         return (logits, patterns) if return_patterns else logits
 
     def num_params(self, gate_only: bool = False) -> int:
-        """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights."""
+        """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights
+        (the gate rows of q_proj or the gate projection, and the gate bias) of the layers that have a gate."""
         if not gate_only:
             return sum(p.numel() for p in self.parameters())
-        c, n = self.cfg, 0
-        if c.gate_in_q_proj:
-            n = c.n_layers * c.n_heads * c.gate_width_per_head * c.d_model
-        elif c.gate != "none":
-            n = sum(b.attn.gate_proj.weight.numel() for b in self.blocks)
-        return n
+        return sum(b.attn.num_gate_params() for b in self.blocks)
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int = 20, temperature: float = 1.0,

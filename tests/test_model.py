@@ -72,6 +72,13 @@ def test_gate_parameter_count(gran, E):
     base = Transformer(ModelConfig(**TINY)).num_params()
     m = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity=gran))
     assert m.num_params() - base == m.num_params(gate_only=True) == 2 * 4 * E * 32
+    for kw in (dict(gate_layers=1), dict(gate_layers=1, gate_bias=-2.0), dict(gate="G2"), dict(gate="G5"),
+               dict(gate_head_specific=False)):  # only the layers that have a gate count, bias included
+        kw = {"gate": "G1", "gate_granularity": gran, **kw}
+        if kw["gate"] == "G5":
+            kw["gate_granularity"] = "elementwise"
+        m = Transformer(ModelConfig(**TINY, **kw))
+        assert m.num_params() - base == m.num_params(gate_only=True) > 0, kw
 
 
 # ---- hooks -----------------------------------------------------------------------------------------

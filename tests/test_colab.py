@@ -73,10 +73,10 @@ def colab(tmp_path_factory):
                              env=env, capture_output=True, text=True, timeout=300)
     # GitHub: a clone of this checkout, with the pinned REF at HEAD
     upstream = root / "github.git"
-    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(course.ROOT), str(upstream)], check=True)
-    subprocess.run(["git", "-C", str(upstream), "tag", "-f", course.REF, "HEAD"], check=True, capture_output=True)
     head = subprocess.run(["git", "-C", str(course.ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
+    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(course.ROOT), str(upstream)], check=True)
+    subprocess.run(["git", "-C", str(upstream), "tag", "-f", course.REF, head], check=True, capture_output=True)
     kernel_env = {
         "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{upstream}.insteadOf",
         "GIT_CONFIG_VALUE_0": f"https://github.com/{course.REPOSITORY}",

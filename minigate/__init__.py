@@ -7,9 +7,10 @@
 """
 
 from .config import ModelConfig
+from .export import export_qwen3_next
 from .model import Transformer
-from .pretrained import from_pretrained, save_pretrained, shipped, shipped_names, shipped_run
+from .pretrained import from_pretrained, save_pretrained, save_tokenizer, shipped, shipped_names, shipped_run
 
-__all__ = ["ModelConfig", "Transformer", "from_pretrained", "save_pretrained", "shipped", "shipped_names",
-           "shipped_run"]
-__version__ = "0.1.0"
+__all__ = ["ModelConfig", "Transformer", "export_qwen3_next", "from_pretrained", "save_pretrained", "save_tokenizer",
+           "shipped", "shipped_names", "shipped_run"]
+__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it ([tool.setuptools.dynamic])

@@ -16,6 +16,13 @@ GATE_GRANULARITIES = ("headwise", "elementwise")
 GATE_ACTIVATIONS = ("sigmoid", "silu")
 GATE_MODES = ("multiplicative", "additive")
 
+# config.json of a model transformers has no class for (gated, sandwich norms, no QK-norm): a model_type and an
+# architecture no transformers class claims, so transformers fails loudly instead of re-initialising the gate
+MINIGATE_MODEL_TYPE = "minigate"
+MINIGATE_ARCHITECTURE = "MinigateForCausalLM"
+MINIGATE_NOTE = ("a minigate model that no transformers class computes: load it with minigate.from_pretrained(folder); "
+                 "an elementwise G1 model exports to Qwen3NextForCausalLM with minigate.export_qwen3_next")
+
 
 def is_int(x) -> bool:
     """A whole number, not a bool (True is an int in Python, never a layer count)."""
@@ -115,13 +122,22 @@ class ModelConfig:
         return 1 if self.gate_granularity == "headwise" else self.head_dim
 
     # -- official config.json keys ---------------------------------------------------------------------
+    @property
+    def qwen3_compatible(self) -> bool:
+        """transformers' Qwen3ForCausalLM computes this model exactly: no gate, QK-norm, no sandwich norms."""
+        return self.gate == "none" and self.qk_norm and not self.sandwich_norm
+
     def to_hf_config(self) -> dict:
         """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
         official_gate = (self.gate_in_q_proj and self.gate_activation == "sigmoid"
                          and self.gate_mode == "multiplicative" and not self.gate_layers and not self.gate_bias)
+        # transformers' Qwen3ForCausalLM computes exactly a plain model; for any other it would drop or re-initialise
+        # weights (the gate rows of q_proj, sandwich norms) without a word, so those declare a model_type that no
+        # transformers class claims: AutoConfig/AutoModelForCausalLM refuse them with an error.
+        plain = self.qwen3_compatible
         d = {
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
+            "architectures": ["Qwen3ForCausalLM" if plain else MINIGATE_ARCHITECTURE],
+            "model_type": "qwen3" if plain else MINIGATE_MODEL_TYPE,
             "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
             "num_hidden_layers": self.n_layers,
@@ -139,6 +155,7 @@ class ModelConfig:
             "attention_bias": False,
             "headwise_attn_output_gate": official_gate and self.gate_granularity == "headwise",
             "elementwise_attn_output_gate": official_gate and self.gate_granularity == "elementwise",
+            **({} if plain else {"minigate_note": MINIGATE_NOTE}),
             "minigate": {f: getattr(self, f) for f in ("sandwich_norm", "gate", "gate_granularity",
                                                        "gate_head_specific", "gate_activation", "gate_mode",
                                                        "gate_layers", "gate_bias")},
@@ -150,6 +167,9 @@ class ModelConfig:
         """Read an official (or minigate-written) config.json dict."""
         # attention_bias / qkv_bias are ignored: the released configs disagree on them, the authors say no
         # bias is used, and a checkpoint that does hold bias tensors fails to load with their names.
+        if d.get("model_type") == "qwen3_next":  # its norms hold w - 1 and its q_proj interleaves [q_h | gate_h]
+            raise ValueError("this is a Qwen3-Next folder (minigate.export_qwen3_next writes them for transformers): "
+                             "load it with transformers.Qwen3NextForCausalLM, or load the minigate folder it came from")
         try:
             kw = dict(
                 vocab_size=d["vocab_size"], d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],

@@ -3,10 +3,15 @@
     model = minigate.from_pretrained("data/checkpoints/headwise")                 # a local folder
     model = minigate.from_pretrained("QwQZh/gated_attention", subfolder="1B_gate_headwise",
                                      dtype=torch.float16, device="cuda")           # the Hub
-    minigate.save_pretrained(model, "runs/my_model")
+    minigate.save_pretrained(model, "runs/my_model", tokenizer="data/tokenizer.json")
 
 No remote code and no transformers model class: we read config.json and the weights ourselves
 (model.safetensors, sharded safetensors, or pytorch_model.bin with weights_only=True).
+
+In transformers: a baseline folder (gate "none") loads in AutoModelForCausalLM as Qwen3 with the same logits,
+and its tokenizer (tokenizer.json + tokenizer_config.json, `save_tokenizer`) in AutoTokenizer with the same ids.
+A gated folder declares model_type "minigate", which transformers refuses (it has no class for the gate);
+an elementwise G1 model exports to Qwen3NextForCausalLM with minigate.export_qwen3_next (minigate/export.py).
 """
 
 from __future__ import annotations
@@ -68,19 +73,56 @@ def atomic_write(path: str | os.PathLike, write):
         raise
 
 
-def save_pretrained(model: Transformer, path: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+def save_pretrained(model: Transformer, path: str | os.PathLike, dtype: torch.dtype | str | None = None,
+                    tokenizer: str | os.PathLike | None = None) -> Path:
     """Write config.json (official keys) and model.safetensors (official names) into `path`; `dtype` (e.g.
-    torch.bfloat16) stores the weights in it, half the size: from_pretrained gives back exactly those values."""
+    torch.bfloat16) stores the weights in it, half the size: from_pretrained gives back exactly those values.
+    `tokenizer` (a tokenizer.json, e.g. data/tokenizer.json) is saved beside them with `save_tokenizer`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    dtype = _as_dtype(dtype) if dtype is not None else None
     tensors = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in to_official_state_dict(model).items()}
     atomic_write(path / "model.safetensors", lambda f: f.write(save(tensors, metadata={"format": "pt"})))
     atomic_write(path / "config.json", lambda f: f.write(json.dumps(model.cfg.to_hf_config(), indent=2).encode()))
+    if tokenizer is not None:
+        save_tokenizer(tokenizer, path)
     return path
 
 
-def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -> Path:
-    """A local folder if it exists, else download (only `subfolder`) from the Hugging Face Hub."""
+def tokenizer_config(tokenizer_path: str | os.PathLike) -> dict:
+    """The tokenizer_config.json that makes transformers.AutoTokenizer read a minigate tokenizer.json as it is:
+    the same ids as minigate (without it AutoTokenizer guesses Qwen2Tokenizer and splits "\\n  def" otherwise),
+    <bos> as bos_token, and decoding that leaves spaces alone. Like minigate's encode, it adds no <bos>:
+    prepend tokenizer.bos_token_id yourself, as training did (every sequence starts with it)."""
+    from tokenizers import Tokenizer
+
+    from .data import BOS
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    if tok.token_to_id(BOS) is not None:
+        config["bos_token"] = BOS
+    return config
+
+
+def save_tokenizer(tokenizer_path: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """Copy a tokenizer.json into `folder` and write the tokenizer_config.json beside it, so that
+    `transformers.AutoTokenizer.from_pretrained(folder)` gives exactly minigate's ids (see `tokenizer_config`)."""
+    folder, src = Path(folder), Path(tokenizer_path)
+    if not src.is_file():
+        raise FileNotFoundError(f"no tokenizer at {src}; pass the tokenizer.json the model was trained with "
+                                "(e.g. data/tokenizer.json)")
+    folder.mkdir(parents=True, exist_ok=True)
+    config = tokenizer_config(src)
+    if not (folder / "tokenizer.json").exists() or not src.samefile(folder / "tokenizer.json"):
+        atomic_write(folder / "tokenizer.json", lambda f: f.write(src.read_bytes()))
+    atomic_write(folder / "tokenizer_config.json", lambda f: f.write((json.dumps(config, indent=2) + "\n").encode()))
+    return folder
+
+
+def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None, revision: str | None = None,
+                    cache_dir: str | os.PathLike | None = None, token: str | bool | None = None) -> Path:
+    """A local folder if it exists, else download (only `subfolder`, at `revision`) from the Hugging Face Hub."""
     local = Path(path_or_repo_id).expanduser() / (subfolder or "")
     if local.is_dir():
         return local
@@ -94,11 +136,13 @@ def _resolve_folder(path_or_repo_id: str | os.PathLike, subfolder: str | None) -
 
     patterns = [f"{subfolder}/*"] if subfolder else None
     try:
-        root = snapshot_download(str(path_or_repo_id), allow_patterns=patterns, etag_timeout=10)
+        root = snapshot_download(str(path_or_repo_id), allow_patterns=patterns, etag_timeout=10, revision=revision,
+                                 cache_dir=cache_dir, token=token)
     except Exception as e:  # offline, unknown repo, no access: one clear message instead of a stack of retries
         raise FileNotFoundError(
             f"{path_or_repo_id!r} is neither a local folder (relative paths start at {Path.cwd()}) nor a Hugging "
-            f"Face Hub repo that could be downloaded{f' with subfolder {subfolder!r}' if subfolder else ''} "
+            f"Face Hub repo that could be downloaded{f' with subfolder {subfolder!r}' if subfolder else ''}"
+            f"{f' at revision {revision!r}' if revision else ''} "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). A local run? Check the path. "
             "No network? Download the folder on a machine that has one and pass its local path instead.") from None
     folder = Path(root) / (subfolder or "")
@@ -136,10 +180,43 @@ def _read_weight_files(folder: Path) -> dict[str, torch.Tensor]:
                             "or pytorch_model.bin")
 
 
+_DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+                "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                "float16": torch.float16, "fp16": torch.float16, "half": torch.float16, "float64": torch.float64}
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """torch.bfloat16, or its name "bfloat16" / "torch.bfloat16" / "bf16"; a floating dtype only."""
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype.removeprefix("torch.")]
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    raise ValueError(f"dtype={dtype!r}: use a floating torch dtype (torch.bfloat16), its name (\"bfloat16\", "
+                     f"\"float16\", \"float32\"), or \"auto\" (from_pretrained: the dtype stored in the weights)")
+
+
+def _stored_dtype(weights: dict[str, torch.Tensor]) -> torch.dtype:
+    """dtype="auto": the dtype the checkpoint stores its floating weights in (the most common one)."""
+    counts: dict[torch.dtype, int] = {}
+    for t in weights.values():
+        if t.is_floating_point():
+            counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
+    return max(counts, key=counts.get) if counts else torch.float32
+
+
 def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = None,
-                    dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Transformer:
-    """Load a minigate model from an official-format folder or Hub repo (float32 unless `dtype`)."""
-    folder = _resolve_folder(path_or_repo_id, subfolder)
+                    dtype: torch.dtype | str | None = None, device: str | torch.device = "cpu",
+                    revision: str | None = None, cache_dir: str | os.PathLike | None = None,
+                    token: str | bool | None = None) -> Transformer:
+    """Load a minigate model from an official-format folder or Hub repo.
+
+    dtype: float32 when None; "auto" keeps the dtype stored in the weights (bf16 for the paper's 1B models);
+    a torch dtype or its name ("bfloat16", "float16"). revision (a commit hash, branch or tag: pin it for
+    results that do not move), cache_dir and token go to huggingface_hub.snapshot_download; a local folder
+    never falls through to the Hub."""
+    if dtype is not None and dtype != "auto":
+        dtype = _as_dtype(dtype)
+    folder = _resolve_folder(path_or_repo_id, subfolder, revision=revision, cache_dir=cache_dir, token=token)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder} has no config.json")
     try:
@@ -147,6 +224,8 @@ def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = 
     except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
         raise ValueError(f"{folder / 'config.json'}: {str(e).splitlines()[0]}") from None
     official = _read_weights(folder)
+    if dtype == "auto":
+        dtype = _stored_dtype(official)
 
     with torch.device("meta"):  # no random init: the checkpoint's tensors are assigned below
         model = Transformer(cfg)
@@ -195,7 +274,7 @@ def _shipped_folder(name: str) -> Path:
     return folder
 
 
-def shipped(name: str, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Transformer:
+def shipped(name: str, dtype: torch.dtype | str | None = None, device: str | torch.device = "cpu") -> Transformer:
     """A model the course ships: shipped("copy-baseline"), "copy-headwise", "copy-elementwise", ...
     (data/checkpoints/README.md says how each was trained, with one command per model)."""
     return from_pretrained(_shipped_folder(name), dtype=dtype, device=device).eval()

@@ -32,9 +32,12 @@ def test_text_models_match_their_run_and_predict_text(name):
     gate = {"text-baseline": "none", "text-headwise": "headwise", "text-elementwise": "elementwise"}[name]
     assert run["preset"] == "text" and run["gate"] == gate and run["history"]["step"][-1] == 1500
     assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
-    tok = data.get_tokenizer(SHIPPED_DIR / name)  # the folder carries its tokenizer: the shipped one
+    tok = data.get_tokenizer(SHIPPED_DIR / name / "tokenizer.json")  # the folder carries its tokenizer: the shipped one
     assert tok.tok.to_str() == data.get_tokenizer().tok.to_str()
-    ids = data.encode("def add(a, b):\n    return a + b\n\n\nThe river flows into the sea.", tok)
+    text = "def add(a, b):\n    return a + b\n\n\nThe river flows into the sea."
+    ids = data.encode(text, tok)
+    folder_tok = data.get_tokenizer(SHIPPED_DIR / name)  # the folder (its tokenizer_config.json): AutoTokenizer
+    assert folder_tok.encode(text) == ids.tolist() and folder_tok.bos_id == tok.bos_id
     x = torch.cat([torch.tensor([tok.bos_id]), ids])[None]
     with torch.no_grad():
         loss = torch.nn.functional.cross_entropy(model(x[:, :-1])[0], x[0, 1:]).item()

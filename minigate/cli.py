@@ -77,7 +77,7 @@ def cmd_train(args) -> int:
 
     from . import Transformer, data
     from .analysis import sink_tracker
-    from .pretrained import atomic_write
+    from .pretrained import atomic_write, save_tokenizer
     from .runfolder import RunLock, check_writable
     from .train import PRESETS, Interrupted, TrainingDiverged, load_checkpoint, pick_device, pick_precision, train
 
@@ -154,7 +154,7 @@ def cmd_train(args) -> int:
                   f"free space or fix the folder, then {resume_cmd}", file=sys.stderr)
             return 1
         if tok is not None:
-            shutil.copyfile(tokenizer, out / "model" / "tokenizer.json")
+            save_tokenizer(tokenizer, out / "model")  # tokenizer.json + tokenizer_config.json (for AutoTokenizer)
         shutil.copyfile(run_file, out / "model" / "run.json")
     val = history.val_loss[-1]
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
@@ -238,6 +238,9 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="minigate",
                                  description="Train and evaluate tiny gated-attention models.")
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"minigate {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train a preset model",
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")

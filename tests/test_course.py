@@ -114,10 +114,9 @@ def test_header_cells_come_from_one_constant(dirs, monkeypatch):
 
 def test_the_pinned_ref_is_the_release_of_this_version():
     """The set-up cell installs REF; a release bumps the version and REF together (one tag per release)."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    import minigate
 
-    version = tomllib.loads((course.ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert course.REF == f"v{version}" and f'"MINIGATE_REF", "{course.REF}"' in course.SETUP
+    assert course.REF == f"v{minigate.__version__}" and f'"MINIGATE_REF", "{course.REF}"' in course.SETUP
     assert f'"https://github.com/{course.REPOSITORY}"' in course.SETUP and "/" in course.REPOSITORY
     assert "--no-deps" in course.SETUP or "torch==" in course.SETUP  # Colab's torch is never replaced
 
@@ -232,6 +231,8 @@ def test_lesson_headers_state_the_readme_times_and_end_with_a_self_check():
         header = nbformat.read(course.ROOT / "lessons" / name, as_version=4).cells[0].source
         n = name[:2]
         assert f"**Study time:** about {study[n]} minutes" in header, name
+        assert int(study[n]) == course.study_minutes(nbformat.read(course.ROOT / "lessons" / name, as_version=4)), \
+            f"{name}: the lesson changed; put course.study_minutes' count in its header and the README"
         assert "**Run time:**" in header and f"about {run[n]} s" in header, name
         solution = nbformat.read(course.ROOT / "solutions" / name, as_version=4).cells
         lesson = nbformat.read(course.ROOT / "lessons" / name, as_version=4).cells
@@ -240,3 +241,16 @@ def test_lesson_headers_state_the_readme_times_and_end_with_a_self_check():
         assert 3 <= len(questions) <= 5, name
         assert "answers" in solution[-1].metadata.get("tags", []), name
         assert len(re.findall(r"^\d\. ", solution[-1].source, flags=re.M)) == len(questions), name
+
+
+def test_study_minutes_counts_prose_code_and_exercises(dirs):
+    sol, les = dirs
+    nb = write_solution(sol)  # 1 word of prose, 2 exercise blocks (in two functions), short code cells
+    base = course.study_minutes(nb)
+    assert base == 5 * round((1 / 120 + 20 / 6 + 2 * 10 + 5) / 5) == 30
+    course.build(sol, les)
+    assert course.study_minutes(nbformat.read(les / "01_demo.ipynb", as_version=4)) == base  # stubs count the same
+    nb.cells.append(new_markdown_cell("word " * 1200))  # ten more minutes of reading
+    assert course.study_minutes(nb) == base + 10
+    nb.cells.append(new_markdown_cell("## Deep dive (optional)\n" + "word " * 1200))  # optional: not counted
+    assert course.study_minutes(nb) == base + 10

@@ -32,7 +32,17 @@ import pytest
 from minigate import course
 
 
-COLAB_WIDGETS = ["ipywidgets==7.7.1", "widgetsnbextension==3.6.10", "ipython_genutils==0.2.0", "notebook"]
+def _colab_widgets() -> list[str]:
+    """Colab's ipywidgets 7.7.1 and what it requires, installed without dependencies; `notebook` (which
+    widgetsnbextension 3.6 requires) in the release that matches this environment's JupyterLab (notebook 7.N
+    goes with JupyterLab 4.N), so that pip's resolver in the set-up cell finds everything satisfied, as in Colab."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        notebook = f"notebook~=7.{version('jupyterlab').split('.')[1]}.0"
+    except PackageNotFoundError:
+        notebook = "notebook"
+    return ["ipywidgets==7.7.1", "widgetsnbextension==3.6.10", "ipython_genutils==0.2.0", notebook]
 
 
 def _site_packages(python: Path) -> Path:
@@ -69,7 +79,7 @@ def colab(tmp_path_factory):
     check = subprocess.run([str(python), "-c", "import torch, ipykernel, minigate"], cwd=root, env=env,
                            capture_output=True, text=True)
     assert "No module named 'minigate'" in check.stderr, check.stderr  # the deps are there, minigate is not
-    widgets = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *COLAB_WIDGETS],
+    widgets = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *_colab_widgets()],
                              env=env, capture_output=True, text=True, timeout=300)
     # GitHub: a clone of this checkout, with the pinned REF at HEAD
     upstream = root / "github.git"

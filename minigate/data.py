@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 import re
@@ -381,14 +382,24 @@ class TextTokenizer:
         return self.tok.decode(list(ids))
 
 
+def _written_by_minigate(folder: Path) -> bool:
+    """A model folder minigate saved (its config.json has the "minigate" keys), or a bare tokenizer.json."""
+    if not (folder / "tokenizer_config.json").exists():
+        return True
+    try:
+        return "minigate" in json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def get_tokenizer(name_or_path: str | Path | None = None) -> TextTokenizer:
     """None or a tokenizer.json path: a minigate tokenizer; anything else (a Hub id or a model
     folder, e.g. one of the paper's 1B checkpoints): `transformers.AutoTokenizer`."""
     if name_or_path is None or str(name_or_path).endswith(".json"):
         return TextTokenizer(load_tokenizer(name_or_path or DEFAULT_TOKENIZER))
     folder = Path(name_or_path)
-    if (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").exists():
-        return TextTokenizer(load_tokenizer(folder / "tokenizer.json"))  # a minigate run's model folder
+    if (folder / "tokenizer.json").is_file() and _written_by_minigate(folder):
+        return TextTokenizer(load_tokenizer(folder / "tokenizer.json"))  # a minigate model folder
     from transformers import AutoTokenizer
 
     return TextTokenizer(AutoTokenizer.from_pretrained(name_or_path))

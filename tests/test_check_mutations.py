@@ -9,16 +9,16 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from minigate import checks
-from minigate.checks import engine
-from minigate.checks import lesson01 as l1
-from minigate.checks import lesson02 as l2
-from minigate.checks import lesson03 as l3
-from minigate.checks import lesson04 as l4
-from minigate.checks import lesson05 as l5
-from minigate.checks import lesson06 as l6
-from minigate.checks import lesson07 as l7
-from minigate.checks import lesson08 as l8
+from minigate.course import checks
+from minigate.course.checks import engine
+from minigate.course.checks import lesson01 as l1
+from minigate.course.checks import lesson02 as l2
+from minigate.course.checks import lesson03 as l3
+from minigate.course.checks import lesson04 as l4
+from minigate.course.checks import lesson05 as l5
+from minigate.course.checks import lesson06 as l6
+from minigate.course.checks import lesson07 as l7
+from minigate.course.checks import lesson08 as l8
 from minigate.train import lr_at
 
 # what each check returns for a stub: its reference
@@ -373,7 +373,7 @@ def test_loss_spikes_borderline_step_tells_window_from_window_minus_one():
 
 
 def test_gate_param_count_has_a_case_where_heads_do_not_fill_d_model():
-    from minigate.checks.lesson02 import gate_param_count  # the coincidence n_heads * head_dim == d_model broken
+    from minigate.course.checks.lesson02 import gate_param_count  # the coincidence n_heads * head_dim == d_model broken
 
     with pytest.raises(AssertionError, match="n_heads \\* head_dim != d_model"):
         gate_param_count(lambda c: c.n_layers * c.d_model * (c.n_heads if c.gate_granularity == "headwise"
@@ -384,5 +384,5 @@ def test_checks_do_not_import_the_benchmarks():
     import subprocess
     import sys
 
-    code = "import sys, minigate.checks; assert not any(m.startswith('minigate.bench') for m in sys.modules)"
+    code = "import sys, minigate.course.checks; assert not any(m.startswith('minigate.bench') for m in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

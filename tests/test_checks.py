@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minigate import ModelConfig, Transformer, checks
+from minigate import ModelConfig, Transformer
+from minigate.course import checks
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
 from minigate.train import lr_at

@@ -4,7 +4,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from minigate import checks, course
+from minigate import course
+from minigate.course import checks
 
 EXERCISE = """import torch
 
@@ -203,7 +204,7 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
     nb = new_notebook(cells=[
         new_markdown_cell("badge", metadata={"tags": ["badge"]}),
         new_code_cell("setup", execution_count=0, metadata={"tags": ["setup"]}),
-        new_code_cell("from minigate import checks\nfrom minigate.train import TrainConfig", execution_count=1),
+        new_code_cell("from minigate.course import checks\nfrom minigate.train import TrainConfig", execution_count=1),
         new_code_cell(exercise, execution_count=2),
         new_code_cell("lr = checks.lr_schedule(lr)\nprint(round(lr(5, TrainConfig(steps=10, warmup_steps=2)), 6))",
                       execution_count=3, outputs=[stdout]),

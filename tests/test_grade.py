@@ -7,10 +7,11 @@ import json
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from minigate import checks, course
-from minigate.checks import grade
+from minigate import course
+from minigate.course import checks
+from minigate.course.checks import grade
 
-IMPORTS = "import torch\nfrom einops import rearrange\nfrom minigate import checks"
+IMPORTS = "import torch\nfrom einops import rearrange\nfrom minigate.course import checks"
 SOLVED = {
     "g1_gate": "def g1_gate(z, gate_logits):\n    if gate_logits.dim() == 3:\n"
                "        gate_logits = rearrange(gate_logits, 'b t h -> b t h 1')\n"
@@ -72,7 +73,7 @@ def test_grade_a_real_lesson_with_one_exercise_solved(tmp_path, capsys):
     """Lesson 07's imports and its two exercises: param_count as in the solutions, t4_minutes as the lesson's stub."""
     solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
     lesson = course.lesson_from_solution(solution)
-    imports = next(i for i, c in enumerate(solution.cells) if "from minigate import checks" in c.source)
+    imports = next(i for i, c in enumerate(solution.cells) if "from minigate.course import checks" in c.source)
 
     def exercise(nb, name):  # the exercise cell, then its check cell
         check = next(i for i, n in grade.check_cells(nb) if n == name)

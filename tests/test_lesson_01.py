@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from minigate import checks
+from minigate.course import checks
 
 N = checks._null_attention
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigate import ModelConfig, Transformer, checks
+from minigate import ModelConfig, Transformer
+from minigate.course import checks
 from minigate.data import eval_batches
 from minigate.train import evaluate
 

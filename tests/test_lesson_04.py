@@ -4,7 +4,7 @@ and the reference agrees with a plain loop on a real copy-task model's patterns.
 import pytest
 
 import minigate
-from minigate import checks
+from minigate.course import checks
 from minigate.data import copy_task
 
 B = checks._bos_share_by_part

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import minigate
-from minigate import checks
+from minigate.course import checks
 from minigate.data import copy_task
 from minigate.gates import gate_scores
 

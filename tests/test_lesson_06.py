@@ -7,7 +7,7 @@ import pytest
 
 import minigate
 from minigate import ablation as ab
-from minigate import checks
+from minigate.course import checks
 from minigate.data import copy_task
 
 G = checks._gate_override

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import minigate
-from minigate import checks
+from minigate.course import checks
 from minigate.bench.ablation import PAPER, T4_PEAK, forward_flops, n_published_conditions
 
 P = checks._param_count

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from minigate import ModelConfig, Transformer, checks
+from minigate import ModelConfig, Transformer
+from minigate.course import checks
 from minigate.attention import Attention, rope_cos_sin
 from minigate.data import copy_task
 from minigate.train import TrainConfig, train

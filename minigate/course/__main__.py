@@ -1,0 +1,8 @@
+"""python -m minigate.course build [--check] | grade NOTEBOOK...: see minigate/course/__init__.py."""
+
+import sys
+
+from . import main
+
+if __name__ == "__main__":
+    sys.exit(main())

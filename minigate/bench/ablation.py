@@ -28,8 +28,7 @@ import torch
 
 from minigate import Transformer, from_pretrained
 from minigate.ablation import SWEEP_VALUES, chunks, published_conditions, sweep
-from minigate.bench.common import interleaved_medians
-from minigate.course.checks.lesson07 import T4_PEAK  # FLOP/s, fp16 tensor cores, NVIDIA's datasheet figure
+from minigate.bench.common import T4_PEAK, interleaved_medians
 from minigate.train import model_config
 
 # the paper's 1B models (official-checkpoints.md) and a T4

@@ -1,10 +1,13 @@
-"""Shared timing helper: interleave contenders so they share the machine's noise, report medians."""
+"""What the benchmarks share: a timing helper that interleaves contenders so they share the machine's noise
+and reports medians; transformers' Qwen3 with a minigate config's sizes; the T4's peak rate for projections."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
+
+T4_PEAK = 65e12  # FLOP/s, a T4's fp16 tensor cores, NVIDIA's datasheet figure (lesson 07's checks use it too)
 
 
 def interleaved_medians(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 2) -> dict[str, float]:
@@ -19,3 +22,14 @@ def interleaved_medians(fns: dict[str, Callable[[], None]], reps: int, warmup: i
             fn()
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def qwen3_twin(cfg):
+    """transformers' Qwen3ForCausalLM with the sizes of a minigate ModelConfig (random init, SDPA attention)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_seq_len, attn_implementation="sdpa"))

@@ -12,18 +12,9 @@ import argparse
 import torch
 
 from minigate import ModelConfig, Transformer
-from minigate.bench.common import interleaved_medians
+from minigate.bench.common import interleaved_medians, qwen3_twin
 
 SIZES = dict(vocab_size=4096, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, head_dim=32, d_ff=768)
-
-
-def qwen3_twin(cfg: ModelConfig):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    return Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, tie_word_embeddings=True, attn_implementation="sdpa"))
 
 
 def step_fn(model, tokens, logits_of):

@@ -24,18 +24,9 @@ import time
 import torch
 
 from minigate import Transformer
+from minigate.bench.common import qwen3_twin
 from minigate.data import sample_batch
 from minigate.train import PRESETS, _loss, lr_at, make_optimizer, model_config, pick_device, pick_precision, train
-
-
-def qwen3_twin(cfg):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    return Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=cfg.max_seq_len, attn_implementation="sdpa"))
 
 
 def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:

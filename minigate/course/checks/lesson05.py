@@ -35,6 +35,7 @@ def _read_gates(model, tokens, average_dims=False, hook="hook_gate", order="mode
 
 
 def _gated_model(seed: int, granularity: str, n_layers: int = 3):
+    """A small seeded G1 model in eval mode: what lessons 05 and 06 check exercises on."""
     from ... import ModelConfig, Transformer
 
     torch.manual_seed(seed)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from .engine import NONE_HINT, Mismatch, check, what
+from .lesson05 import _gated_model
 
 def reference_gate_override(model, layer, value, head=None):
     """fwd_hooks [(hook name, fn)] that set the gate scores of layer `layer` (of its head `head` only, if given)
@@ -37,15 +38,6 @@ def _gate_override(model, layer, value, head=None, index="head axis", every_laye
     return [(name, hook)]
 
 
-def _tiny_gated(granularity: str, seed: int):
-    from ... import ModelConfig, Transformer
-
-    torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
-                      gate="G1", gate_granularity=granularity)
-    return Transformer(cfg).eval()
-
-
 def _logits_under(make_hooks):
     """make_hooks(model, layer, value, head) -> fwd_hooks  ==>  fn(model, tokens, layer, value, head) -> logits."""
     def run(model, tokens, layer, value, head):
@@ -63,7 +55,7 @@ def _logits_under(make_hooks):
 def gate_override(fn: Callable) -> Callable:
     """fn(model, layer, value, head=None) -> fwd_hooks; checked by running tiny headwise and elementwise models
     with its hooks against ablation.force_layer / close_head."""
-    models = {gran: _tiny_gated(gran, seed) for seed, gran in enumerate(["headwise", "elementwise"])}
+    models = {gran: _gated_model(seed, gran) for seed, gran in enumerate(["headwise", "elementwise"])}
     tokens = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(6))
     cases = [(f"{gran}, layer {layer}, " + (f"head {head}" if head is not None else "every head") + f" = {value}",
               (models[gran], tokens, layer, value, head))

@@ -1,13 +1,13 @@
-"""Lesson 07's checks: the 1B models' size, and a T4 time budget from FLOPs (T4_PEAK lives here; the benchmarks
-import it from this module)."""
+"""Lesson 07's checks: the 1B models' size, and a T4 time budget from FLOPs (T4_PEAK comes from the
+benchmarks' minigate.bench.common, which projects the same budget)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ...bench.common import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
 from .engine import check
 
-T4_PEAK = 65e12  # FLOP/s, fp16 tensor cores, NVIDIA's datasheet figure
 
 def reference_param_count(cfg):
     """Parameters of a model in the released checkpoints' format (Qwen3 blocks, no gate or a G1 gate inside

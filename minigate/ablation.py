@@ -7,7 +7,8 @@ model) are overridden, with bootstrap error bars, and an engine that runs many c
     ab.perplexity(model, c, ab.set_gates(model, 0.116))                 # every gate fixed at 0.116
     results = ab.sweep(model, c, ab.published_conditions(model, c))     # {name: Perplexity}, batched
 
-What the published write-ups did (1B headwise model, WikiText-2, 50 chunks of 512 tokens): PPL 12.39
+What an unpublished independent analysis of the released 1B checkpoints (no public write-up) did (1B
+headwise model, WikiText-2, 50 chunks of 512 tokens): PPL 12.39
 with the learned gates; every gate fixed at 0.116 (about their mean): 277; all forced to 1: ~251,000;
 all forced to 0: ~304,000; the best constant, 0.15: 112; only layer 0 forced open: ~148,000. One
 number each, no error bars, no controls. Here every perplexity comes with a bootstrap interval over
@@ -40,16 +41,16 @@ from __future__ import annotations
 import math
 import numbers
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange, reduce
 from tqdm.auto import tqdm
 
+from .gates import check_layer, gated_layers
 from .stats import bootstrap_ci
+from .train import eval_mode, token_cross_entropy
 
 SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
 COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
@@ -126,9 +127,8 @@ def _losses(model, rows: torch.Tensor) -> torch.Tensor:
     """rows (batch, chunk_len + 1) -> (batch,) mean next-token loss of each row, float64."""
     device = next(model.parameters()).device
     x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
-    logits = model(x).float()
-    loss = F.cross_entropy(rearrange(logits, "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"), reduction="none")
-    return reduce(loss, "(b t) -> b", "mean", b=rows.shape[0]).double().cpu()
+    loss = token_cross_entropy(model(x), y, reduction="none")  # (batch, chunk_len)
+    return reduce(loss, "b t -> b", "mean").double().cpu()
 
 
 @torch.no_grad()
@@ -142,23 +142,12 @@ def _looped_losses(model, chunks: torch.Tensor, fwd_hooks, batch_size: int, bar=
     return torch.cat(out)
 
 
-@contextmanager
-def _eval_mode(model):
-    """Evaluation mode inside, the caller's mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 def perplexity(model, chunks: torch.Tensor, fwd_hooks: Iterable[tuple] = (), ci: bool = True,
                n_boot: int = 1000, batch_size: int = 16) -> Perplexity:
     """Perplexity of the model on the chunks (from `chunks()`), with `fwd_hooks` attached (any hook
     list, e.g. `set_gates(model, 0.1)`). Batched over chunks, no gradients."""
     _check_chunks(model, chunks)
-    with _eval_mode(model):
+    with eval_mode(model):
         losses = _looped_losses(model, chunks, list(fwd_hooks), batch_size)
     return _result(losses, chunks.shape[1] - 1, ci, n_boot)
 
@@ -206,39 +195,13 @@ def _gate_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_gate"
 
 
-def _check_gated(model):
-    if model.cfg.gate == "none":
-        raise ValueError("this model has no attention gate (cfg.gate='none'); gate overrides need a gated model "
-                         "such as ModelConfig(gate='G1'); the controls (scale_output, mean_output, fixed_norm) "
-                         "work on any model")
-
-
-def _check_layer(model, layer) -> int:
-    n = model.cfg.n_layers
-    if not _is_index(layer, n):
-        raise ValueError(f"layer {layer!r} is out of range: the model has {n} layers, use 0..{n - 1}")
-    return int(layer)
-
-
-def _is_index(i, n: int) -> bool:
-    return isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < n
+def _gated_layers(model, layers=None) -> list[int]:
+    """`layers` (None: every gated layer), each checked to hold a gate (see gates.gated_layers)."""
+    return gated_layers(model, layers, hint="; the controls (scale_output, mean_output, fixed_norm) work on any model")
 
 
 def _layers(model, layers) -> list[int]:
-    return list(range(model.cfg.n_layers)) if layers is None else [_check_layer(model, L) for L in layers]
-
-
-def _gated_layers(model, layers) -> list[int]:
-    """`layers` (None: every gated layer), each checked to hold a gate (see ModelConfig.gate_layers)."""
-    _check_gated(model)
-    if layers is None:
-        return [L for L in range(model.cfg.n_layers) if model.cfg.is_gated(L)]
-    out = [_check_layer(model, L) for L in layers]
-    for L in out:
-        if not model.cfg.is_gated(L):
-            raise ValueError(f"layer {L} has no gate: gate_layers={model.cfg.gate_layers} gates layers "
-                             f"0..{model.cfg.gate_layers - 1} only")
-    return out
+    return list(range(model.cfg.n_layers)) if layers is None else [check_layer(model, L) for L in layers]
 
 
 def _n_gate_heads(model) -> int:
@@ -283,16 +246,9 @@ def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[s
     (an elementwise head has all its dimensions set)."""
     _gated_layers(model, [layer])
     n = _n_gate_heads(model)
-    if not _is_index(head, n):
+    if not isinstance(head, numbers.Integral) or isinstance(head, bool) or not 0 <= head < n:
         raise ValueError(f"head {head!r} is out of range: the gate has {n} heads per layer, use 0..{n - 1}")
     return [(_gate_name(layer), Edit("set", _gate_value(model, value), head=int(head)))]
-
-
-def custom_gates(model, fn: Callable, layers: Iterable[int] | None = None) -> list[tuple[str, Callable]]:
-    """Any function of the gate: fn(gate, hook) -> new gate, on every layer (or `layers`). `sweep` runs
-    such conditions one by one (it can only batch Edits)."""
-    _check_gated(model)
-    return [(_gate_name(L), fn) for L in _gated_layers(model, layers)]
 
 
 # -- measured constants: means and norms on the unmodified model -------------------------------------------
@@ -322,7 +278,7 @@ def measure(model, chunks: torch.Tensor, names: Iterable[str] | None = None, fwd
         s[2] += x.pow(2).sum().item()
         s[3] += x.shape[0] * x.shape[1]
 
-    with _eval_mode(model):
+    with eval_mode(model):
         _looped_losses(model, chunks, list(fwd_hooks) + [(n, accumulate) for n in names], batch_size)
     return {n: Moments(mean=(s[0] / s[3]).float(), mean_norm=s[1] / s[3],
                        rms=math.sqrt(s[2] / (s[3] * (s[0].numel() if torch.is_tensor(s[0]) else 1))))
@@ -335,8 +291,7 @@ def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
     unmodified model over the same chunks, over every chunk and position (the <bos> position included),
     separately for each layer and head, and for each head dimension of elementwise gates; so what is
     removed is exactly the gate's dependence on the input, not its average level. (A single global mean
-    is what the published 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
-    _check_gated(model)
+    is what that analysis's 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
     layers = _gated_layers(model, layers)
     stats = stats or measure(model, chunks, [_gate_name(L) for L in layers])
     return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in layers]
@@ -345,14 +300,14 @@ def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
 # -- controls: the same kinds of intervention on parts that are not gates ---------------------------------
 def scale_output(model, layer: int, scale: float, component: str = "attn") -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output multiplied by a constant; see `matched_scale`."""
-    return [(f"blocks.{_check_layer(model, layer)}.{_check_component(component)}", Edit("scale", float(scale)))]
+    return [(f"blocks.{check_layer(model, layer)}.{_check_component(component)}", Edit("scale", float(scale)))]
 
 
 def matched_scale(model, chunks: torch.Tensor, layer: int, value: float = 1.0, batch_size: int = 16) -> float:
     """The factor by which forcing `layer`'s gates to `value` changes the RMS of that layer's attention
     output, measured on the chunks: scale_output(model, layer, matched_scale(...)) changes the output's
     size as much as the gate override does, but keeps the gate's input dependence."""
-    name = f"blocks.{_check_layer(model, layer)}.hook_attn_out"
+    name = f"blocks.{check_layer(model, layer)}.hook_attn_out"
     learned = measure(model, chunks, [name], batch_size=batch_size)[name].rms
     forced = measure(model, chunks, [name], force_layer(model, layer, value), batch_size)[name].rms
     return forced / learned
@@ -361,7 +316,7 @@ def matched_scale(model, chunks: torch.Tensor, layer: int, value: float = 1.0, b
 def mean_output(model, chunks: torch.Tensor, layer: int, component: str = "attn",
                 stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output replaced at every position by its mean vector over the chunks."""
-    name = f"blocks.{_check_layer(model, layer)}.{_check_component(component)}"
+    name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
     stats = stats or measure(model, chunks, [name])
     return [(name, Edit("set", stats[name].mean))]
 
@@ -369,7 +324,7 @@ def mean_output(model, chunks: torch.Tensor, layer: int, component: str = "attn"
 def fixed_norm(model, chunks: torch.Tensor, layer: int, component: str = "attn",
                stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output rescaled, at every position, to its mean L2 norm on the chunks."""
-    name = f"blocks.{_check_layer(model, layer)}.{_check_component(component)}"
+    name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
     stats = stats or measure(model, chunks, [name])
     return [(name, Edit("norm", stats[name].mean_norm))]
 
@@ -400,26 +355,28 @@ def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[st
 
 def published_conditions(model, chunks: torch.Tensor, first_layers: int = 3,
                          stats: dict[str, Moments] | None = None) -> dict[str, list]:
-    """The published ablation set, plus the mean-gate control: learned gates, gates=mean, the 10-value
+    """That analysis's ablation set, plus the mean-gate control: learned gates, gates=mean, the 10-value
     constant sweep (it holds the global 0, 0.116 and 1 overrides), every layer open and closed, every
     head of the first three layers closed."""
-    _check_gated(model)
     return {"learned": [], "gates=mean": mean_gates(model, chunks, stats=stats), **constant_conditions(model),
             **layer_conditions(model), **head_conditions(model, first_layers)}
 
 
 def control_conditions(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
                        stats: dict[str, Moments] | None = None) -> dict[str, list]:
-    """Per layer: attention and MLP output replaced by their mean, or pinned to their mean norm; and,
-    on gated models, the attention output scaled as much as forcing the layer's gates open would."""
+    """The controls, per layer (every layer, or `layers`): its attention and MLP outputs replaced by their means
+    ("L0 attn mean", "L0 mlp mean"), its attention output pinned to its mean norm ("L0 attn fixed-norm"); and on
+    a gated layer, its attention output scaled as much as forcing its gates open would ("L0 attn x matched") and
+    its gates replaced by their means ("L0 gates=mean"). Set them beside force_layer(model, L, 1.0)."""
     stats = stats or measure(model, chunks)
     out = {}
     for L in _layers(model, layers):
-        for comp in COMPONENTS:
-            out[f"L{L} {comp} mean"] = mean_output(model, chunks, L, comp, stats)
-            out[f"L{L} {comp} fixed-norm"] = fixed_norm(model, chunks, L, comp, stats)
         if model.cfg.is_gated(L):
-            out[f"L{L} attn x matched-open"] = scale_output(model, L, matched_scale(model, chunks, L, 1.0))
+            out[f"L{L} attn x matched"] = scale_output(model, L, matched_scale(model, chunks, L, 1.0))
+            out[f"L{L} gates=mean"] = mean_gates(model, chunks, [L], stats)
+        out[f"L{L} attn mean"] = mean_output(model, chunks, L, "attn", stats)
+        out[f"L{L} mlp mean"] = mean_output(model, chunks, L, "mlp", stats)
+        out[f"L{L} attn fixed-norm"] = fixed_norm(model, chunks, L, "attn", stats)
     return out
 
 
@@ -467,7 +424,7 @@ def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: boo
     """Perplexity under each condition (name -> hook list, e.g. from `published_conditions`).
 
     batched=True: conditions made only of Edits (every factory in this module) are stacked along the
-    batch dimension, max_batch rows per forward pass; the others (custom functions) run one by one.
+    batch dimension, max_batch rows per forward pass; the others (any other hook function) run one by one.
     batched=False: one hooked run per condition, max_batch chunks per forward. Both give the same
     numbers (to float rounding, ~1e-6); batching pays off when one condition's chunks are too few to
     keep the hardware busy (small models, or a GPU)."""
@@ -482,7 +439,7 @@ def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: boo
     stacked = [n for n in names if batched and _batchable(conditions[n])]
     looped = [n for n in names if n not in stacked]
     losses = {}
-    with _eval_mode(model), tqdm(total=len(names) * chunks.shape[0], unit="chunk", disable=not progress,
+    with eval_mode(model), tqdm(total=len(names) * chunks.shape[0], unit="chunk", disable=not progress,
                                 desc="ablation sweep") as bar:
         if stacked:
             rows = _stacked_losses(model, chunks, [list(conditions[n]) for n in stacked], max_batch, bar)

@@ -4,8 +4,9 @@
   (layer, head); averaged over heads, then layers.
 - Sink rate (Gu et al., 2025): share of (layer, head) pairs whose mean first-token attention > 0.3.
 - M-Act (massive activations): max |residual-stream value| output by each layer.
-- Gate anatomy (gates.py, re-exported here): `gate_scores(model, prompts)` -> GateScores, with the
-  published views: distribution, per layer / head, first token vs rest, per input type, per dimension.
+- Gate anatomy (gates.py, re-exported here): `gate_scores(model, prompts)` -> GateScores, with the views an
+  independent analysis of the 1B checkpoints reported: distribution, per layer / head, first token vs rest,
+  per input type, per dimension.
 - Uncertainty (stats.py, re-exported here): `bootstrap_ci` resamples prompts or chunks, never tokens.
   SinkStats.ci() and every GateScores aggregate (ci=True) use it. M-Act is a maximum, for which a
   bootstrap interval is unreliable, so it has none.

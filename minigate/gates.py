@@ -1,4 +1,5 @@
-"""Gate anatomy: what the learned G1 gates do, measured as the published analyses did, with error bars.
+"""Gate anatomy: what the learned G1 gates do, measured as an independent analysis of the
+1B checkpoints did, with error bars.
 
     g = gate_scores(model, prompts, tokenizer=tok)  # every gate value at every token of every prompt
     g.distribution(ci=True)      # mean, median, std, fraction < 0.1 and > 0.9, histogram
@@ -10,15 +11,16 @@
     compare_gates({"headwise": g_hw, "elementwise": g_ew})  # a table: one row per model or input type
     compare_gates(gate_scores_by_type(model, load_prompts(), tokenizer=tok), ci=True)
 
-Published numbers for the paper's 1B models on WikiText-2 (third-party analyses; lesson 05 shows them
-with their source): headwise mean 0.185, median 0.141, 36.6% of values < 0.1, 0.15% > 0.9, first token
-0.068 vs 0.179 for the others; elementwise mean 0.104, median 0.043, 70.4% < 0.1.
+Numbers for the paper's 1B models on WikiText-2, from an unpublished independent analysis of the released
+1B checkpoints (no public write-up; lesson 05 shows them with their source): headwise mean 0.185, median
+0.141, 36.6% of values < 0.1, 0.15% > 0.9, first token 0.068 vs 0.179 for the others; elementwise mean
+0.104, median 0.043, 70.4% < 0.1.
 
 Definitions. A gate value is *closed* when < CLOSED = 0.1 and *open* when > OPEN = 0.9. A gate
 dimension (one (layer, head, d) of an elementwise gate, one (layer, head) of a headwise gate) is
 *always closed* when its 95th percentile over all tokens is < 0.1, *always open* when its 5th
 percentile is > 0.9, and *input-dependent* otherwise (it moves with the input, or sits in between).
-Means pool all tokens (a long prompt counts more), as the published numbers do.
+Means pool all tokens (a long prompt counts more), as that analysis's numbers do.
 
 Error bars: `ci=True` (95%) or `ci=0.9` on any aggregate gives a bootstrap interval that resamples
 prompts, or the rows of a (batch, pos) token tensor (chunks), never single tokens (see stats.py).
@@ -29,7 +31,9 @@ model has 28 * 16 * 128 gates per token (230 KB); pass layers=[...] or fewer tok
 
 from __future__ import annotations
 
+import numbers
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -123,7 +127,7 @@ class GateScores:
         """Mean over every axis of x (token, layer, head[, d_head]) after the first `keep` ones."""
         return x.float() if keep >= x.dim() else x.float().flatten(keep).mean(keep)
 
-    # -- the published views -----------------------------------------------------------------------------
+    # -- the views that analysis reported --------------------------------------------------------------------
     def distribution(self, bins: int = 20, ci=False, **boot) -> GateDistribution:
         """Global distribution of every gate value (all tokens, layers, heads[, dims])."""
         flat = self.values.flatten()
@@ -184,11 +188,6 @@ class GateScores:
         per_layer = rearrange(self.values, "token layer ... -> layer (token ...)")
         return quantile(per_layer, list(q), dim=1).T
 
-    def layer_histograms(self, bins: int = 20) -> torch.Tensor:
-        """(layer, bins) share of each layer's gate values in each of `bins` equal bins of [0, 1]."""
-        per_layer = rearrange(self.values, "token layer ... -> layer (token ...)")
-        return torch.stack([torch.histc(v, bins, 0.0, 1.0) / v.numel() for v in per_layer])
-
     def dimension_classes(self) -> DimensionClasses:
         """Classify every gate dimension by its 5th / 95th percentile over tokens (see the module doc)."""
         q05, q95 = quantile(self.values, list(DIM_QUANTILES), dim=0)  # each (layer, head[, d_head])
@@ -205,29 +204,40 @@ class GateScores:
         return GateScores(self.values.mean(-1), self.prompt, self.pos, self.tokens, self.layers)
 
 
-# -- collecting the gates ------------------------------------------------------------------------------------
-def _check_gated(model):
-    gate = model.cfg.gate
-    if gate == "none":
-        raise ValueError("this model has no gate (gate='none'); load a headwise or elementwise model")
-    if gate != "G1":
-        raise ValueError(f"gate anatomy reads the paper's G1 gate (on the attention output); this model's gate "
-                         f"is {gate}; load a G1 model (gate='G1')")
+# -- which layers hold a gate (ablation.py's overrides check theirs with the same functions) ------------------
+def check_layer(model, layer) -> int:
+    """`layer` as an int, or a ValueError if it is not a layer index of the model."""
+    n = model.cfg.n_layers
+    if not isinstance(layer, numbers.Integral) or isinstance(layer, bool) or not 0 <= layer < n:
+        raise ValueError(f"layer {layer!r} is out of range: the model has {n} layers, use 0..{n - 1}")
+    return int(layer)
 
 
-def _check_layers(layers, cfg) -> list[int]:
-    """`layers` (None: every gated layer), each in range and gated (see ModelConfig.gate_layers)."""
-    n_layers = cfg.n_layers
-    layers = [L for L in range(n_layers) if cfg.is_gated(L)] if layers is None else [int(i) for i in layers]
+def gated_layers(model, layers: Iterable[int] | None = None, hint: str = "") -> list[int]:
+    """`layers` (None: every gated layer), each checked to be in range and to hold a gate (see
+    ModelConfig.gate_layers). `hint` is added to the error a model without any gate raises."""
+    cfg = model.cfg
+    if cfg.gate == "none":
+        raise ValueError("this model has no gate (gate='none'); load a headwise or elementwise model, or build one "
+                         "with ModelConfig(gate='G1')" + hint)
+    if layers is None:
+        return [L for L in range(cfg.n_layers) if cfg.is_gated(L)]
+    layers = [check_layer(model, L) for L in layers]
     if not layers:
-        raise ValueError("layers=[] selects nothing; pass None for every layer")
-    for i in layers:
-        if not 0 <= i < n_layers:
-            raise ValueError(f"layer {i} is out of range: this model has {n_layers} layers (0..{n_layers - 1})")
-        if not cfg.is_gated(i):
-            raise ValueError(f"layer {i} has no gate: gate_layers={cfg.gate_layers} gates layers "
+        raise ValueError("layers=[] selects nothing; pass None for every gated layer")
+    for L in layers:
+        if not cfg.is_gated(L):
+            raise ValueError(f"layer {L} has no gate: gate_layers={cfg.gate_layers} gates layers "
                              f"0..{cfg.gate_layers - 1} only")
     return layers
+
+
+# -- collecting the gates ------------------------------------------------------------------------------------
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """The ids of a text prompt, <bos> first when the tokenizer has one. `tokenizer`: a data.TextTokenizer
+    (data.get_tokenizer()), a data.CopyTokenizer, or a bare `tokenizers.Tokenizer`."""
+    tok = tokenizer if hasattr(tokenizer, "bos_id") else TextTokenizer(tokenizer)
+    return ([] if tok.bos_id is None else [tok.bos_id]) + tok.encode(text)
 
 
 def _as_prompts(tokens_or_prompts, tokenizer, vocab_size: int) -> list[torch.Tensor]:
@@ -243,8 +253,7 @@ def _as_prompts(tokens_or_prompts, tokenizer, vocab_size: int) -> list[torch.Ten
             if isinstance(p, str):
                 if tokenizer is None:
                     raise ValueError("these prompts are text: pass tokenizer= (e.g. minigate.data.get_tokenizer())")
-                tok = tokenizer if hasattr(tokenizer, "bos_id") else TextTokenizer(tokenizer)
-                p = ([] if tok.bos_id is None else [tok.bos_id]) + tok.encode(p)
+                p = encode_prompt(tokenizer, p)
             prompts.append(torch.as_tensor(p, dtype=torch.long).reshape(-1))
     if not prompts:
         raise ValueError("the prompt set is empty: pass at least one prompt (e.g. load_prompts()['factual'])")
@@ -268,8 +277,10 @@ def gate_scores(model, tokens_or_prompts, tokenizer=None, layers: list[int] | No
     Prompts of equal length run together in batches of up to batch_size, so nothing is padded.
     layers: which layers to keep (all by default); the layer axis of the result follows this list.
     """
-    _check_gated(model)
-    layers = _check_layers(layers, model.cfg)
+    if model.cfg.gate not in ("none", "G1"):
+        raise ValueError(f"gate anatomy reads the paper's G1 gate (on the attention output); this model's gate "
+                         f"is {model.cfg.gate}; load a G1 model (gate='G1')")
+    layers = gated_layers(model, layers)
     prompts = _as_prompts(tokens_or_prompts, tokenizer, model.cfg.vocab_size)
     names = [f"blocks.{i}.attn.hook_gate" for i in layers]
     seen: dict[str, torch.Tensor] = {}

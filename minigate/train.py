@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -221,23 +221,37 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
 
-def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(rearrange(logits.float(), "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"))
+def token_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of logits (batch, pos, vocab) against targets y (batch, pos), in float32: the mean over
+    every token, or with reduction="none" each token's own, (batch, pos). train, evaluate and ablation use it."""
+    loss = F.cross_entropy(rearrange(logits.float(), "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"),
+                           reduction=reduction)
+    return loss if reduction == "mean" else rearrange(loss, "(b t) -> b t", b=y.shape[0])
+
+
+@contextmanager
+def eval_mode(model):
+    """Evaluation mode inside the block; the model's own mode (training or not) back after it, errors included."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
 def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bos_id: int = 0,
              max_batches: int | None = None, amp_dtype: torch.dtype | None = None) -> float:
     """Mean next-token loss over fixed, non-overlapping windows of `tokens` (see data.eval_batches)."""
-    was_training, device = model.training, next(model.parameters()).device
-    model.eval()
+    device = next(model.parameters()).device
     total, count = 0.0, 0
-    for x, y in eval_batches(tokens, batch_size, seq_len, bos_id, max_batches or None):
-        with torch.autocast(device.type, amp_dtype) if amp_dtype else nullcontext():
-            logits = model(x.to(device))
-        total += _loss(logits, y.to(device)).item() * y.numel()
-        count += y.numel()
-    model.train(was_training)
+    with eval_mode(model):
+        for x, y in eval_batches(tokens, batch_size, seq_len, bos_id, max_batches or None):
+            with torch.autocast(device.type, amp_dtype) if amp_dtype else nullcontext():
+                logits = model(x.to(device))
+            total += token_cross_entropy(logits, y.to(device)).item() * y.numel()
+            count += y.numel()
     return total / count
 
 
@@ -434,7 +448,7 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
             for _ in range(cfg.grad_accum):
                 x, y = sample_batch(train_data, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
                 with autocast():
-                    loss = _loss(fwd(x.to(device)), y.to(device))
+                    loss = token_cross_entropy(fwd(x.to(device)), y.to(device))
                 scaler.scale(loss / cfg.grad_accum).backward()
                 loss_sum += loss.item()
             loss = loss_sum / cfg.grad_accum
@@ -468,10 +482,8 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
                 history.val_loss.append(evaluate(model, val_data, cfg.seq_len, cfg.batch_size, cfg.bos_id,
                                                  cfg.eval_batches, amp_dtype))
             if callback is not None and due(cfg.callback_every or cfg.eval_every, step):
-                model.eval()
-                with torch.no_grad():
+                with eval_mode(model), torch.no_grad():
                     metrics = callback(step, model, history)
-                model.train()
                 if metrics:
                     history.metrics.append({"step": step, **metrics})
             if step < cfg.steps and (due(cfg.ckpt_every, step) or clock_due()):

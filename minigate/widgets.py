@@ -19,7 +19,9 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
 
+from . import ablation as ab
 from . import plots
+from .gates import encode_prompt, gate_scores, gated_layers
 
 IPYWIDGETS_7 = int(W.__version__.split(".")[0]) < 8
 VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -81,9 +83,7 @@ def prompt_tokens(tokenizer, text: str, max_len: int | None = None) -> tuple[tor
     """(ids (1, pos), token strings) for a prompt; <bos> first when the tokenizer has one."""
     if not text.strip():
         raise ValueError("the prompt is empty: type some text")
-    ids = tokenizer.encode(text)
-    if tokenizer.bos_id is not None:
-        ids = [tokenizer.bos_id] + ids
+    ids = encode_prompt(tokenizer, text)
     ids = ids[:max_len] if max_len else ids
     labels = ["<bos>" if i == tokenizer.bos_id else tokenizer.decode([i]) for i in ids]
     return torch.tensor([ids]), labels
@@ -126,8 +126,6 @@ def _gated_only(models) -> dict:
 def gate_explorer(models, tokenizer, prompt: str = "The capital of France is Paris. The capital of Italy is",
                   head="mean") -> Explorer:
     """Gate score of every token (rows) in every layer (columns) for a prompt; one head or their mean."""
-    from .gates import gate_scores
-
     models = _gated_only(models)
     n_heads = next(iter(models.values())).cfg.n_heads
     controls = {
@@ -149,13 +147,11 @@ def gate_explorer(models, tokenizer, prompt: str = "The capital of France is Par
 
 
 def _clamp_hooks(model, layer, head, value) -> list:
-    from . import ablation as ab
-
     if layer == "all" and head == "all":
         return ab.set_gates(model, value)
     if head == "all":
         return ab.force_layer(model, layer, value)
-    layers = [L for L in range(model.cfg.n_layers) if model.cfg.is_gated(L)] if layer == "all" else [layer]
+    layers = gated_layers(model) if layer == "all" else [layer]
     return [pair for L in layers for pair in ab.close_head(model, L, head, value)]
 
 
@@ -164,8 +160,6 @@ def clamp_explorer(models, tokenizer, chunks: torch.Tensor, prompt: str = "The h
                    max_new_tokens: int = 12) -> Explorer:
     """Pin gates to a value (all of them, one layer's, or one head's) and watch perplexity on `chunks`
     (from ablation.chunks) and a greedy continuation of `prompt` change."""
-    from . import ablation as ab
-
     models = _gated_only(models)
     first = next(iter(models.values()))
     learned = {k: ab.perplexity(m, chunks, ci=False).ppl for k, m in models.items()}

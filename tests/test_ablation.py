@@ -143,7 +143,7 @@ def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
     conds = {**ab.published_conditions(model, c, first_layers=2, stats=stats),
              **ab.control_conditions(model, c, layers=[1], stats=stats),
              "L0H1+L2H3 closed": ab.close_head(model, 0, 1) + ab.close_head(model, 2, 3),  # two edits, two layers
-             "L1 half": ab.custom_gates(model, lambda g, hook: g / 2, layers=[1])}  # not batchable: looped
+             "L1 half": [("blocks.1.attn.hook_gate", lambda g, hook: g / 2)]}  # not an Edit: looped
     forwards = []
     count = [("hook_embed", lambda x, hook: forwards.append(x.shape[0]))]
     with model.hooks(count):
@@ -166,7 +166,7 @@ def test_bad_requests_name_the_fix():
     c = ab.chunks(TOKENS, 2, 16)
     for make in (lambda: ab.set_gates(plain, 0.1), lambda: ab.close_head(plain, 0, 0),
                  lambda: ab.mean_gates(plain, c), lambda: ab.published_conditions(plain, c)):
-        with pytest.raises(ValueError, match="no attention gate.*gate='G1'"):
+        with pytest.raises(ValueError, match=r"no gate \(gate='none'\).*gate='G1'.*the controls"):
             make()
     assert ab.control_conditions(plain, c, layers=[0])  # the controls need no gate
     for bad in (3, -1):

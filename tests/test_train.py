@@ -201,3 +201,21 @@ def test_weight_decay_only_on_linear_matrices():
     assert "blocks.0.attn.q_proj.weight" in decayed and "blocks.1.mlp.down_proj.weight" in decayed
     assert not any("norm" in n or n.startswith("embed") for n in decayed)
     assert sum(len(g["params"]) for g in opt.param_groups) == len(names)
+
+
+def test_eval_mode_restores_the_callers_mode_also_on_errors():
+    model = _model()
+    for before in (True, False):
+        model.train(before)
+        with pytest.raises(RuntimeError), T.eval_mode(model):
+            assert not model.training
+            raise RuntimeError("inside")
+        assert model.training == before
+
+
+def test_token_cross_entropy_mean_and_per_token():
+    logits, y = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
+    per_token = T.token_cross_entropy(logits, y, reduction="none")
+    assert per_token.shape == (3, 5)
+    torch.testing.assert_close(per_token.mean(), T.token_cross_entropy(logits, y))
+    torch.testing.assert_close(per_token[1, 2], torch.nn.functional.cross_entropy(logits[1, 2], y[1, 2]))

@@ -26,7 +26,8 @@ import torch
 from minigate import Transformer
 from minigate.bench.common import qwen3_twin
 from minigate.data import sample_batch
-from minigate.train import PRESETS, _loss, lr_at, make_optimizer, model_config, pick_device, pick_precision, train
+from minigate.train import (PRESETS, lr_at, make_optimizer, model_config, pick_device, pick_precision,
+                            token_cross_entropy, train)
 
 
 def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
@@ -43,7 +44,7 @@ def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
         t0 = time.perf_counter()
         x, y = sample_batch(tokens, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
         with torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
-            loss = _loss(logits_of(model, x.to(device)), y.to(device))
+            loss = token_cross_entropy(logits_of(model, x.to(device)), y.to(device))
         scaler.scale(loss).backward()
         loss.item()  # train() reads the loss every step too (and so waits for the GPU)
         scaler.unscale_(opt)

@@ -344,3 +344,21 @@ def test_gate_overrides_are_checked_against_the_activation():
     assert ablation.set_gates(silu, 3.0)  # a SiLU gate can exceed 1
     with pytest.raises(ValueError, match="SiLU"):
         ablation.set_gates(silu, -1.0)
+
+
+def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    real_save, calls = torch.save, {"n": 0}
+
+    def full_disk_on_second_save(obj, f):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, f)
+
+    monkeypatch.setattr(torch, "save", full_disk_on_second_save)
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["train", *ARGS, "--out", str(out), "--steps", "6", "--set", "ckpt_every=2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "No space left on device" in err and "intact" in err and "--resume" in err
+    assert T.ckpt_step(out / "checkpoint.pt") == 2 and not list(out.glob(".*.tmp"))

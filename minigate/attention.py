@@ -1,20 +1,24 @@
 """Gated multi-head attention (Qiu et al., 2025): the one file to read first.
 
     x ─ q_proj ─┬─ q ── QK-norm ── RoPE ─┐
-                └─ gate logits           softmax(q kᵀ/√d) v = z ── z * sigmoid(gate) ── o_proj ─ out
+                └─ gate logits           softmax(q kᵀ/√d_head) v = z ── z * sigmoid(gate) ── o_proj ─ out
     x ─ k_proj ──── k ── QK-norm ── RoPE ─┘          ▲                      ▲
     x ─ v_proj ──── v ───────────────────────────────┘                 the G1 gate
 
-The paper's gate (G1) multiplies each head's attention output z by sigmoid(x W_gate), where x is
-the same normed hidden state that feeds the query projection. It is computed per head
-(`headwise`, one scalar) or per head dimension (`elementwise`). Other positions (G2 values, G3
-keys, G4 queries, G5 after o_proj) and variants (SiLU, additive, head-shared) are here for the
-paper's ablations. G2-G4 act on v, k, q just before attention, after QK-norm and RoPE (before the
-norm, a headwise gate on q or k would simply be normalised away).
+The paper's gate (G1) multiplies each head's attention output z by a gate score sigmoid(x W_gate),
+where x is the same normed hidden state that feeds the query projection. There is one score per
+head (the `headwise` variant) or one per head dimension (`elementwise`). The other gate positions
+(G2 values, G3 keys, G4 queries, G5 after o_proj) and variants (SiLU, additive, head-shared) are
+here for the paper's ablations. G2-G4 act on v, k, q just before attention, after QK-norm and RoPE
+(before the norm, a headwise gate on q or k would simply be normalised away).
+
+Words: a gate *position* is `ModelConfig.gate` (none, G1..G5); a gate *variant* is how the score is
+made (headwise or elementwise, shared, SiLU, additive); the gate *score* is the tensor at hook_gate.
+`d_head` in shapes and einops patterns is `ModelConfig.head_dim`.
 
 Checkpoint layout (the trap): in the released models the G1 gate weights are extra output rows of
 q_proj, grouped per kv head. For each kv head: first the queries of its `group` query heads
-(group * head_dim rows), then those heads' gate rows (group, or group * head_dim).
+(group * d_head rows), then those heads' gate rows (group, or group * d_head).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from .hooks import HookPoint
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, computed in float32 (as Qwen3 does)."""
+    """x / rms(x) * weight over the last axis, computed in float32 (as Qwen3 does)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -45,15 +49,16 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (seq_len, head_dim), float32; the two halves of head_dim share frequencies."""
+    """cos, sin of shape (pos, d_head), float32; the two halves of d_head share frequencies."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)  # (T, D/2)
-    angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)  # (pos, d_head/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (pos, d_head)
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (x1, x2) half-pairs of x (batch, head, pos, d_head) by position-dependent angles."""
+    """Rotate the (x1, x2) half-pairs of x by position-dependent angles. x (batch, head, pos, d_head) with
+    cos, sin (pos, d_head); for x (batch, pos, head, d_head) pass cos, sin as (pos, 1, d_head)."""
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
@@ -64,45 +69,80 @@ def gate_activation(name: str):
 
 
 class Attention(nn.Module):
+    """Causal multi-head attention with QK-norm, RoPE, grouped-query attention and a gate.
+
+    forward(x (batch, pos, d_model), cos, sin) -> (out (batch, pos, d_model), pattern or None).
+    Shapes: head = n_heads query heads; kv_head = n_kv_heads key/value heads, each serving `group` =
+    n_heads / n_kv_heads neighbouring query heads; d_head = cfg.head_dim.
+
+    The gate score is act(x W_gate + bias), x the normed input, act sigmoid (or SiLU), computed in
+    `_gate_score`: one score per head (headwise, width 1) or per head dimension (elementwise, width
+    d_head). Where it acts, `cfg.gate`:
+        G1  z:   each head's attention output, before o_proj (the paper's gate)
+        G2  v:   the values, one score per kv head
+        G3  k:   the rotated keys, one score per kv head
+        G4  q:   the rotated queries
+        G5  out: the output of o_proj, one score per d_model channel
+    It multiplies (or adds, gate_mode="additive"); gate_head_specific=False shares one score across heads.
+
+    Hook points, in the order they fire (TransformerLens' names and layouts):
+        hook_q (batch, pos, head, d_head), hook_k, hook_v (batch, pos, kv_head, d_head): the projections,
+            q and k after QK-norm, before RoPE and before any G2-G4 gate
+        hook_rot_q, hook_rot_k: q and k after RoPE (same shapes)
+        hook_gate_logits, hook_gate (gated layers): the gate's logits and scores, (batch, pos, head)
+            headwise, (batch, pos, head, d_head) elementwise (kv heads for G2/G3), G5 (batch, pos, d_model)
+        hook_attn_scores (batch, head, query_pos, key_pos): q kᵀ/√d_head, future keys -inf, before softmax
+        hook_pattern (batch, head, query_pos, key_pos): the softmax
+        hook_z (batch, pos, head, d_head): each head's attention output; hook_z_gated (G1): z * score
+    hook_attn_scores and hook_pattern exist on the explicit path only: it runs when the pattern is
+    asked for or either point has a hook; otherwise PyTorch's fused kernel computes the same z.
+    """
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        H, K, D, E = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.gate_width_per_head
-        # G1 in the official layout: gate rows inside q_proj (H*E extra rows, grouped per kv head)
-        self.q_proj = nn.Linear(cfg.d_model, H * D + (H * E if cfg.gate_in_q_proj else 0), bias=False)
+        H, K, D, width = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.gate_width_per_head
+        # G1 in the released layout: the gate rows inside q_proj (H * width extra rows, grouped per kv head)
+        self.q_proj = nn.Linear(cfg.d_model, H * D + (H * width if cfg.gate_in_q_proj else 0), bias=False)
         self.k_proj = nn.Linear(cfg.d_model, K * D, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, K * D, bias=False)
         self.o_proj = nn.Linear(H * D, cfg.d_model, bias=False)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(D, cfg.norm_eps)
             self.k_norm = RMSNorm(D, cfg.norm_eps)
-        if cfg.gate != "none" and not cfg.gate_in_q_proj:  # every other variant: its own projection
-            self.gate_proj = nn.Linear(cfg.d_model, self.n_gate_heads(shared=not cfg.gate_head_specific) * E
-                                       if cfg.gate != "G5" else cfg.d_model, bias=False)
+        if cfg.gate != "none" and not cfg.gate_in_q_proj:  # every other gate: its own projection
+            if cfg.gate == "G5":
+                gate_rows = cfg.d_model
+            elif cfg.gate_head_specific:
+                gate_rows = self.n_gate_heads() * width
+            else:  # head-shared: one score (per dimension) for all heads
+                gate_rows = width
+            self.gate_proj = nn.Linear(cfg.d_model, gate_rows, bias=False)
         if cfg.gate != "none" and cfg.gate_bias:  # optional learnable bias, one per gate score (not in the paper)
-            width = cfg.d_model if cfg.gate == "G5" else self.n_gate_heads() * E
-            self.gate_bias = nn.Parameter(torch.full((width,), float(cfg.gate_bias)))
+            n_scores = cfg.d_model if cfg.gate == "G5" else self.n_gate_heads() * width
+            self.gate_bias = nn.Parameter(torch.full((n_scores,), float(cfg.gate_bias)))
         self.act = gate_activation(cfg.gate_activation)
 
-        self.hook_q = HookPoint()  # (batch, head, pos, d_head)    after QK-norm and RoPE
-        self.hook_k = HookPoint()  # (batch, kv_head, pos, d_head) after QK-norm and RoPE
-        self.hook_v = HookPoint()  # (batch, kv_head, pos, d_head)
-        self.hook_pattern = HookPoint()  # (batch, head, query_pos, key_pos); hooking it selects the explicit path
-        self.hook_z = HookPoint()  # (batch, pos, head, d_head)    attention output before the G1 gate
+        self.hook_q = HookPoint()  # (batch, pos, head, d_head)     after QK-norm, before RoPE
+        self.hook_k = HookPoint()  # (batch, pos, kv_head, d_head)  after QK-norm, before RoPE
+        self.hook_v = HookPoint()  # (batch, pos, kv_head, d_head)
+        self.hook_rot_q = HookPoint()  # (batch, pos, head, d_head)     after RoPE
+        self.hook_rot_k = HookPoint()  # (batch, pos, kv_head, d_head)  after RoPE
+        self.hook_attn_scores = HookPoint()  # (batch, head, query_pos, key_pos) before softmax; explicit path only
+        self.hook_pattern = HookPoint()  # (batch, head, query_pos, key_pos); explicit path only
+        self.hook_z = HookPoint()  # (batch, pos, head, d_head)  attention output before the G1 gate
         if cfg.gate != "none":
-            self.hook_gate_logits = HookPoint()  # (batch, pos, gate_head[, d_head]); G5: (batch, pos, d_model)
+            self.hook_gate_logits = HookPoint()  # (batch, pos, head[, d_head]); G5: (batch, pos, d_model)
             self.hook_gate = HookPoint()  # same shape, after the activation: the gate scores
         if cfg.gate == "G1":
             self.hook_z_gated = HookPoint()  # (batch, pos, head, d_head)  what o_proj sees
 
-    def n_gate_heads(self, shared: bool = False) -> int:
+    def n_gate_heads(self) -> int:
         """How many heads the gate acts on: kv heads for G2/G3, query heads for G1/G4."""
-        if shared:
-            return 1
         return self.cfg.n_kv_heads if self.cfg.gate in ("G2", "G3") else self.cfg.n_heads
 
     def num_gate_params(self) -> int:
-        """Weights that compute this layer's gate: its rows of q_proj (official G1 layout) or gate_proj, and
+        """Weights that compute this layer's gate: its rows of q_proj (released G1 layout) or gate_proj, and
         the gate bias; 0 for an ungated layer."""
         cfg = self.cfg
         if cfg.gate == "none":
@@ -110,80 +150,98 @@ class Attention(nn.Module):
         n = sum(p.numel() for name, p in self.named_parameters() if name.startswith("gate_"))
         return n + (cfg.n_heads * cfg.gate_width_per_head * cfg.d_model if cfg.gate_in_q_proj else 0)
 
-    def _gate_logits(self, x: torch.Tensor, q_gate: torch.Tensor | None) -> torch.Tensor:
-        """Gate logits, (batch, pos, gate_head, e) with e = 1 or d_head; G5: (batch, pos, d_model)."""
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, need_pattern: bool = False):
+        """x (batch, pos, d_model), already normed; cos, sin (pos, d_head) from rope_cos_sin.
+        Returns (out (batch, pos, d_model), pattern (batch, head, query_pos, key_pos) or None)."""
         cfg = self.cfg
-        if q_gate is not None:  # official G1 layout, already split off q_proj
-            return q_gate
-        logits = self.gate_proj(x)
+        q, gate_logits = self._queries(x)  # (batch, pos, head, d_head); G1's logits when they share q_proj
+        k = rearrange(self.k_proj(x), "batch pos (kv_head d_head) -> batch pos kv_head d_head", d_head=cfg.head_dim)
+        v = rearrange(self.v_proj(x), "batch pos (kv_head d_head) -> batch pos kv_head d_head", d_head=cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        cos, sin = (rearrange(t, "pos d_head -> pos 1 d_head") for t in (cos, sin))  # the same angle for every head
+        q, k = self.hook_rot_q(apply_rope(q, cos, sin)), self.hook_rot_k(apply_rope(k, cos, sin))
+        score = self._gate_score(x, gate_logits) if cfg.gate != "none" else None
+
+        # ── G2, G3, G4: gate the values, keys or queries just before attention ──────────────────────────
+        if cfg.gate == "G2":
+            v = self._gate(v, score)
+        elif cfg.gate == "G3":
+            k = self._gate(k, score)
+        elif cfg.gate == "G4":
+            q = self._gate(q, score)
+
+        z, pattern = self._attend(q, k, v, need_pattern)
+        z = self.hook_z(z)  # (batch, pos, head, d_head)
+
+        # ── G1, the paper's gate: each head's output times its gate score ──────────────────────────────
+        if cfg.gate == "G1":
+            z = self.hook_z_gated(self._gate(z, score))
+        out = self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
+
+        # ── G5: gate the output of o_proj ───────────────────────────────────────────────────────────────
         if cfg.gate == "G5":
-            return logits
-        logits = rearrange(logits, "b t (h e) -> b t h e", e=cfg.gate_width_per_head)
-        if not cfg.gate_head_specific:  # one shared gate, the same for every head
-            logits = logits.expand(-1, -1, self.n_gate_heads(), -1)
-        return logits
+            out = self._gate(out, score)
+        return out, pattern
+
+    def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """q_proj(x) as queries (batch, pos, head, d_head) and, in the released G1 layout, the gate logits
+        that share q_proj (batch, pos, head, width); None for every other layout."""
+        cfg = self.cfg
+        if not cfg.gate_in_q_proj:
+            q = rearrange(self.q_proj(x), "batch pos (head d_head) -> batch pos head d_head", d_head=cfg.head_dim)
+            return q, None
+        # q_proj's rows per kv head: [queries of its group of heads | gate rows of those heads]
+        rows = rearrange(self.q_proj(x), "batch pos (kv_head rows) -> batch pos kv_head rows", kv_head=cfg.n_kv_heads)
+        q, logits = rows.split([cfg.group_size * cfg.head_dim, cfg.group_size * cfg.gate_width_per_head], dim=-1)
+        # head = kv_head * group + i, the order GQA expects
+        q = rearrange(q, "batch pos kv_head (group d_head) -> batch pos (kv_head group) d_head", d_head=cfg.head_dim)
+        logits = rearrange(logits, "batch pos kv_head (group width) -> batch pos (kv_head group) width",
+                           width=cfg.gate_width_per_head)
+        return q, logits
+
+    def _gate_score(self, x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The gate score act(x W_gate + bias), shaped to meet what it gates: (batch, pos, head, width) with
+        width 1 (headwise) or d_head (elementwise) and head the kv heads for G2/G3; G5 (batch, pos, d_model).
+        `logits`: the released G1 layout's logits from q_proj, else None (gate_proj computes them).
+        hook_gate_logits and hook_gate see a headwise gate as (batch, pos, head)."""
+        cfg = self.cfg
+        width = cfg.gate_width_per_head
+        if logits is None and cfg.gate == "G5":
+            logits = self.gate_proj(x)  # (batch, pos, d_model)
+        elif logits is None:
+            logits = rearrange(self.gate_proj(x), "batch pos (head width) -> batch pos head width", width=width)
+            if not cfg.gate_head_specific:  # one shared score, the same for every head
+                logits = logits.expand(-1, -1, self.n_gate_heads(), -1)
+        if cfg.gate_bias:
+            bias = self.gate_bias if cfg.gate == "G5" else rearrange(self.gate_bias, "(head width) -> head width",
+                                                                     width=width)
+            logits = logits + bias
+        headwise = cfg.gate_granularity == "headwise"
+        if headwise:
+            logits = rearrange(logits, "batch pos head 1 -> batch pos head")
+        score = self.hook_gate(self.act(self.hook_gate_logits(logits)))
+        if headwise:
+            score = rearrange(score, "batch pos head -> batch pos head 1")
+        return score
 
     def _gate(self, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return y * gate if self.cfg.gate_mode == "multiplicative" else y + gate
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, need_pattern: bool = False):
-        """x: (batch, pos, d_model), already normed. Returns (out (batch, pos, d_model), pattern or None)."""
-        cfg = self.cfg
-        g, D, E = cfg.group_size, cfg.head_dim, cfg.gate_width_per_head
-
-        qg = self.q_proj(x)
-        q_gate = None
-        if cfg.gate_in_q_proj:  # rows per kv head: [queries of its g heads | gates of its g heads]
-            qg = rearrange(qg, "b t (kv n) -> b t kv n", kv=cfg.n_kv_heads)
-            q, q_gate = qg.split([g * D, g * E], dim=-1)
-            q = rearrange(q, "b t kv (g d) -> b (kv g) t d", g=g)  # head h = kv * g + i, as GQA expects
-            q_gate = rearrange(q_gate, "b t kv (g e) -> b t (kv g) e", g=g)
-        else:
-            q = rearrange(qg, "b t (h d) -> b h t d", d=D)
-        k = rearrange(self.k_proj(x), "b t (h d) -> b h t d", d=D)
-        v = rearrange(self.v_proj(x), "b t (h d) -> b h t d", d=D)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-
-        gate = None
-        if cfg.gate != "none":
-            logits = self._gate_logits(x, q_gate)
-            if cfg.gate_bias:
-                bias = self.gate_bias if cfg.gate == "G5" else rearrange(self.gate_bias, "(h e) -> h e", e=E)
-                logits = logits + bias
-            if cfg.gate_granularity == "headwise":  # hooks see (batch, pos, head) for headwise gates
-                logits = rearrange(logits, "b t h 1 -> b t h")
-            gate = self.hook_gate(self.act(self.hook_gate_logits(logits)))
-            if cfg.gate_granularity == "headwise":
-                gate = rearrange(gate, "b t h -> b t h 1")
-            if cfg.gate in ("G2", "G3", "G4"):  # these gate (batch, head, pos, d_head) tensors
-                gate_bhtd = rearrange(gate, "b t h e -> b h t e")
-                if cfg.gate == "G4":
-                    q = self._gate(q, gate_bhtd)
-                elif cfg.gate == "G3":
-                    k = self._gate(k, gate_bhtd)
-                else:
-                    v = self._gate(v, gate_bhtd)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-
-        k = repeat(k, "b kv t d -> b (kv g) t d", g=g)  # GQA: each kv head serves g query heads
-        v = repeat(v, "b kv t d -> b (kv g) t d", g=g)
-        pattern = None
-        if need_pattern or self.hook_pattern.active:  # explicit path: the pattern can be read or replaced
-            T = q.shape[-2]
-            scores = einsum(q, k, "b h i d, b h j d -> b h i j") / math.sqrt(D)
-            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-            scores = scores.masked_fill(~causal, float("-inf"))
-            pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
-            z = einsum(pattern, v, "b h i j, b h j d -> b h i d")
-        else:  # fused path: same numbers, no (pos x pos) matrix kept
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        z = self.hook_z(rearrange(z, "b h t d -> b t h d"))
-
-        if cfg.gate == "G1":
-            z = self.hook_z_gated(self._gate(z, gate))
-        out = self.o_proj(rearrange(z, "b t h d -> b t (h d)"))
-        if cfg.gate == "G5":
-            out = self._gate(out, gate)
-        return out, pattern
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, need_pattern: bool):
+        """Causal softmax(q kᵀ/√d_head) v: q (batch, pos, head, d_head), k and v (batch, pos, kv_head, d_head)
+        -> z (batch, pos, head, d_head) and the pattern (batch, head, query_pos, key_pos), or None on the fused path."""
+        q = rearrange(q, "batch pos head d_head -> batch head pos d_head")
+        k, v = (repeat(t, "batch pos kv_head d_head -> batch (kv_head group) pos d_head", group=self.cfg.group_size)
+                for t in (k, v))  # GQA: each kv head serves `group` query heads
+        if not (need_pattern or self.hook_attn_scores.active or self.hook_pattern.active):
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # fused: same numbers, no (pos x pos) matrix
+            return rearrange(z, "batch head pos d_head -> batch pos head d_head"), None
+        scores = einsum(q, k, "batch head query_pos d_head, batch head key_pos d_head -> batch head query_pos key_pos")
+        T = q.shape[-2]
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # key_pos <= query_pos
+        scores = self.hook_attn_scores((scores / math.sqrt(q.shape[-1])).masked_fill(~causal, float("-inf")))
+        pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
+        z = einsum(pattern, v, "batch head query_pos key_pos, batch head key_pos d_head -> batch head query_pos d_head")
+        return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head"), pattern

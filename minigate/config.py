@@ -41,17 +41,18 @@ class ModelConfig:
     n_layers: int = 4  # number of transformer blocks
     n_heads: int = 4  # query heads per layer
     n_kv_heads: int = 4  # key/value heads (GQA when < n_heads; must divide n_heads)
-    head_dim: int = 32  # width of one head (need not be d_model / n_heads); even, for RoPE
+    head_dim: int = 32  # width of one head, TransformerLens' d_head (comments and hooks say d_head); need not be
+    #                     d_model / n_heads; even, for RoPE
     d_ff: int = 384  # hidden width of the SwiGLU MLP
     rope_theta: float = 10000.0  # RoPE base frequency
     norm_eps: float = 1e-6  # epsilon of every RMSNorm
-    qk_norm: bool = True  # RMSNorm over head_dim on q and k (per head, before RoPE), as in Qwen3
+    qk_norm: bool = True  # RMSNorm over d_head on q and k (per head, before RoPE), as in Qwen3
     tie_embeddings: bool = True  # unembedding shares the token-embedding matrix
     sandwich_norm: bool = False  # extra RMSNorm on each block's attention and MLP output
     max_seq_len: int = 512  # context length the model is trained for (RoPE extrapolates past it)
     gate: str = "none"  # gate position: one of GATE_POSITIONS
-    gate_granularity: str = "elementwise"  # "headwise": one score per head; "elementwise": one per dim
-    gate_head_specific: bool = True  # False: one gate projection shared by all heads
+    gate_granularity: str = "elementwise"  # "headwise": one gate score per head; "elementwise": one per d_head
+    gate_head_specific: bool = True  # False: one gate projection (one score) shared by all heads
     gate_activation: str = "sigmoid"  # "sigmoid" or "silu", applied to the gate logits
     gate_mode: str = "multiplicative"  # "multiplicative": y * act(s); "additive": y + act(s)
     gate_layers: int = 0  # gate only the first this many layers (0: every layer); later layers are ungated

@@ -1,29 +1,47 @@
-"""Named hook points, in the style of TransformerLens.
+"""Named hook points and an activation cache, in the style (and with the names) of TransformerLens.
 
 Every interesting activation passes through a `HookPoint` (an identity module). Its name is its
 module path, e.g. `blocks.0.attn.hook_pattern`. A hook function `fn(tensor, hook)` may read the
 tensor, or return a tensor of the same shape to replace it:
 
     logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_gate"))
-    cache["blocks.0.attn.hook_gate"]                       # (batch, pos, head[, d_head])
+    cache["blocks.0.attn.hook_gate"]                       # (batch, pos, head[, d_head]): the gate scores
+    cache["gate", 0]                                       # the same, by TransformerLens' short name
 
     def close_gates(gate, hook):
         return torch.zeros_like(gate)
     logits = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_gate", close_gates)])
 
-Hooks are removed when the call returns, also when the forward raises.
+Hooks are removed when the call returns, also when the forward raises. A hook point fires for any
+PyTorch forward hook (`hp.register_forward_hook`), not only for the hooks attached here.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module  # holds PyTorch's global module hooks
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]
 NameFilter = str | Iterable[str] | Callable[[str], bool] | None
+
+# TransformerLens' short names (utils.get_act_name); these live on the attention module, blocks.{L}.attn
+ATTN_ACTS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "gate_logits", "gate", "z_gated")
+ACT_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "query": "q", "key": "k", "value": "v"}
+
+
+def get_act_name(name: str, layer: int | None = None) -> str:
+    """A hook point's full name from TransformerLens' short name, as TL's `utils.get_act_name`:
+    ("pattern", 0) -> "blocks.0.attn.hook_pattern", ("resid_pre", 3) -> "blocks.3.hook_resid_pre",
+    ("embed") -> "hook_embed"; a full name is returned as it is."""
+    if layer is None and ("." in name or name.startswith("hook_")):
+        return name
+    name = ACT_ALIASES.get(name, name)
+    block = "" if layer is None else f"blocks.{layer}."
+    return f"{block}{'attn.' if name in ATTN_ACTS else ''}hook_{name}"
 
 
 class HookPoint(nn.Module):
@@ -51,21 +69,87 @@ class HookPoint(nn.Module):
         handle.remove()
         self._handles.remove(handle)
 
-    def remove_hooks(self):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-
     @property
     def active(self) -> bool:
-        """True when some hook is attached (the attention uses this to choose its explicit path)."""
-        return bool(self._handles)
+        """True when anything would see this point fire: a hook from add_hook, any PyTorch forward hook or
+        forward pre-hook on it, or a global module hook. The attention computes its explicit
+        (query_pos x key_pos) pattern only when its hook_attn_scores or hook_pattern is active."""
+        return bool(self._forward_hooks or self._forward_pre_hooks
+                    or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def extra_repr(self) -> str:
         return self.name
+
+
+class ActivationCache(dict):
+    """What `run_with_cache` returns: a dict {hook name: tensor} that also speaks TransformerLens'
+    `ActivationCache`: `cache["pattern", 0]` (short name and layer, negative layers count from the end),
+    `stack_activation`, `accumulated_resid`, `remove_batch_dim`, `to`."""
+
+    def __init__(self, activations=(), n_layers: int = 0, has_batch_dim: bool = True):
+        super().__init__(activations)
+        self.n_layers = n_layers
+        self.has_batch_dim = has_batch_dim
+
+    def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
+        if isinstance(key, tuple):
+            name, layer = key
+            key = get_act_name(name, layer + self.n_layers if layer is not None and layer < 0 else layer)
+        elif key not in self:  # a short name without a layer, e.g. "embed"
+            key = get_act_name(key)
+        if key not in self:
+            raise KeyError(f"{key!r} is not in this cache, which holds {len(self)} activations, e.g. {list(self)[:3]}; "
+                           "run_with_cache caches only what names_filter lets through")
+        return super().__getitem__(key)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self)}"
+
+    def stack_activation(self, name: str, layer: int = -1) -> torch.Tensor:
+        """The activation `name` (a short name: "pattern", "resid_post") of layers 0..layer-1 (-1: every layer), stacked
+        on a new leading axis: (layer, *shape)."""
+        layers = self.n_layers if layer == -1 else layer
+        return torch.stack([self[name, L] for L in range(layers)])
+
+    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, return_labels: bool = False):
+        """The residual stream as it builds up, as TransformerLens orders it: resid_pre of layers 0..layer
+        (with resid_mid after each but the last, when incl_mid), and for layer None, -1 or n_layers the final
+        resid_post; (component, batch, pos, d_model), and with return_labels their labels ("0_pre", "final_post")."""
+        if layer is None or layer == -1:
+            layer = self.n_layers
+        parts, labels = [], []
+        for L in range(layer + 1):
+            if L == self.n_layers:
+                parts.append(self["resid_post", L - 1])
+                labels.append("final_post")
+                continue
+            parts.append(self["resid_pre", L])
+            labels.append(f"{L}_pre")
+            if incl_mid and L < layer:
+                parts.append(self["resid_mid", L])
+                labels.append(f"{L}_mid")
+        stacked = torch.stack(parts)
+        return (stacked, labels) if return_labels else stacked
+
+    def remove_batch_dim(self) -> "ActivationCache":
+        """Drop the leading batch axis of every activation (batch size 1 only), in place; returns the cache."""
+        if self.has_batch_dim:
+            for name, t in self.items():
+                if t.shape[0] != 1:
+                    raise ValueError(f"remove_batch_dim needs batch size 1, but {name} has shape {tuple(t.shape)}")
+            for name in self:
+                super().__setitem__(name, super().__getitem__(name)[0])
+            self.has_batch_dim = False
+        return self
+
+    def to(self, device) -> "ActivationCache":
+        """Move every activation to `device`, in place; returns the cache."""
+        for name in self:
+            super().__setitem__(name, super().__getitem__(name).to(device))
+        return self
 
 
 def _as_filter(names: NameFilter) -> Callable[[str], bool]:
@@ -89,6 +173,8 @@ class HookedRootModule(nn.Module):
             if isinstance(module, HookPoint):
                 module.name = name
                 self.hook_dict[name] = module
+        self.n_hooked_layers = 1 + max((int(n.split(".")[1]) for n in self.hook_dict if n.startswith("blocks.")),
+                                       default=-1)
 
     def _resolve(self, name_or_filter) -> list[HookPoint]:
         if isinstance(name_or_filter, str):
@@ -104,10 +190,6 @@ class HookedRootModule(nn.Module):
             raise ValueError(f"the hook filter {shown!r} matches no hook point, so nothing would be hooked; "
                              f"names look like {list(self.hook_dict)[:3]} (model.hook_dict lists them all)")
         return found
-
-    def reset_hooks(self):
-        for hp in self.hook_dict.values():
-            hp.remove_hooks()
 
     @contextmanager
     def hooks(self, fwd_hooks: Iterable[tuple] = ()):
@@ -128,13 +210,29 @@ class HookedRootModule(nn.Module):
         with self.hooks(fwd_hooks):
             return self(*args, **kwargs)
 
-    def run_with_cache(self, *args, names_filter: NameFilter = None, detach: bool = True, **kwargs):
-        """Forward, returning (output, cache) with cache[name] = the activation at that hook point."""
-        cache: dict[str, torch.Tensor] = {}
+    def run_with_cache(self, *args, names_filter: NameFilter = None, detach: bool = True, device=None,
+                       remove_batch_dim: bool = False, return_cache_object: bool = True, incl_bwd: bool = False,
+                       pos_slice=None, **kwargs):
+        """Forward, returning (output, cache) with cache[name] = the activation at that hook point, an
+        `ActivationCache` (a plain dict with return_cache_object=False). Only the hook points that
+        names_filter lets through are hooked (default: all of them), so the attention keeps its fused
+        path unless the pattern or the scores are asked for. device: where to keep the cached tensors;
+        remove_batch_dim: drop the batch axis (batch size 1). TransformerLens' incl_bwd and pos_slice
+        are refused."""
+        if incl_bwd:
+            raise ValueError("run_with_cache(incl_bwd=True) is not supported: minigate caches forward activations "
+                             "only (to get gradients, run with detach=False and call .retain_grad() on them)")
+        if pos_slice is not None:
+            raise ValueError("run_with_cache(pos_slice=...) is not supported: cache every position and slice the "
+                             "tensors, e.g. cache['resid_post', 0][:, -1]")
+        cache = ActivationCache(n_layers=self.n_hooked_layers)
 
         def save(t: torch.Tensor, hook: HookPoint):
-            cache[hook.name] = t.detach() if detach else t
+            t = t.detach() if detach else t
+            cache[hook.name] = t if device is None else t.to(device)
 
         with self.hooks([(names_filter if names_filter is not None else (lambda n: True), save)]):
             out = self(*args, **kwargs)
-        return out, cache
+        if remove_batch_dim:
+            cache.remove_batch_dim()
+        return out, (cache if return_cache_object else dict(cache))

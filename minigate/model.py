@@ -1,13 +1,16 @@
 """The transformer: embeddings, pre-RMSNorm blocks of gated attention + SwiGLU MLP, unembedding.
 
 One class for the tiny models we train and the paper's released 1B checkpoints (Qwen3 layout).
-Hook points (see hooks.py) per block L:
-    hook_embed                                     (batch, pos, d_model)
+Hook points (see hooks.py; TransformerLens' names and layouts, `get_act_name` gives the short names):
+    hook_embed                                                          (batch, pos, d_model)
     blocks.L.hook_resid_pre / hook_resid_mid / hook_resid_post          (batch, pos, d_model)
     blocks.L.hook_attn_out / hook_mlp_out                               (batch, pos, d_model)
-    blocks.L.attn.hook_q (batch, head, pos, d_head), hook_k / hook_v (batch, kv_head, pos, d_head),
-    blocks.L.attn.hook_pattern (batch, head, query_pos, key_pos), hook_z (batch, pos, head, d_head),
-    blocks.L.attn.hook_gate_logits / hook_gate (gated models), hook_z_gated (G1 models)
+    blocks.L.attn.hook_q, hook_rot_q (batch, pos, head, d_head): after QK-norm, before / after RoPE
+    blocks.L.attn.hook_k, hook_rot_k, hook_v (batch, pos, kv_head, d_head)
+    blocks.L.attn.hook_attn_scores, hook_pattern (batch, head, query_pos, key_pos): before / after softmax
+    blocks.L.attn.hook_z (batch, pos, head, d_head)
+    blocks.L.attn.hook_gate_logits / hook_gate (gated layers), hook_z_gated (G1 layers)
+The attention's docstring has the details; `d_head` is `ModelConfig.head_dim`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from minigate import ModelConfig, Transformer
@@ -110,13 +111,16 @@ def test_split_reference_matches_the_model_layout():
         q, gates = checks.reference_split_q_proj(attn.q_proj(x), 4, 2, 8, gran)
         cos, sin = rope_cos_sin(5, 8, cfg.rope_theta)
         from minigate.attention import apply_rope
-        torch.testing.assert_close(apply_rope(q, cos, sin), cache["q"])
+        # hooks hold (batch, pos, head, d_head) as TransformerLens does; the exercise returns (batch, head, pos, d_head)
+        torch.testing.assert_close(q, rearrange(cache["q"], "b t h d -> b h t d"))
+        torch.testing.assert_close(apply_rope(q, cos, sin), rearrange(cache["rot_q"], "b t h d -> b h t d"))
         torch.testing.assert_close(gates, cache["gate_logits"])
 
 
 def _run_attention(attn: nn.Module, x):
     cache = {}
     attn.hook_q.register_forward_hook(lambda m, i, o: cache.__setitem__("q", o))
+    attn.hook_rot_q.register_forward_hook(lambda m, i, o: cache.__setitem__("rot_q", o))
     attn.hook_gate_logits.register_forward_hook(lambda m, i, o: cache.__setitem__("gate_logits", o))
     cos, sin = rope_cos_sin(x.shape[1], attn.cfg.head_dim, attn.cfg.rope_theta)
     return attn(x, cos, sin), cache

@@ -91,8 +91,10 @@ def test_cache_names_and_shapes():
         b = f"blocks.{L}."
         expect.update({b + "hook_resid_pre": (B, T, d), b + "hook_attn_out": (B, T, d),
                        b + "hook_resid_mid": (B, T, d), b + "hook_mlp_out": (B, T, d),
-                       b + "hook_resid_post": (B, T, d), b + "attn.hook_q": (B, H, T, D),
-                       b + "attn.hook_k": (B, K, T, D), b + "attn.hook_v": (B, K, T, D),
+                       b + "hook_resid_post": (B, T, d), b + "attn.hook_q": (B, T, H, D),
+                       b + "attn.hook_k": (B, T, K, D), b + "attn.hook_v": (B, T, K, D),
+                       b + "attn.hook_rot_q": (B, T, H, D), b + "attn.hook_rot_k": (B, T, K, D),
+                       b + "attn.hook_attn_scores": (B, H, T, T),
                        b + "attn.hook_pattern": (B, H, T, T), b + "attn.hook_z": (B, T, H, D),
                        b + "attn.hook_gate_logits": (B, T, H, D), b + "attn.hook_gate": (B, T, H, D),
                        b + "attn.hook_z_gated": (B, T, H, D)})
@@ -160,7 +162,7 @@ def test_hook_on_pattern_selects_explicit_path_and_can_replace_it():
     model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", first_token_only),
                                               ("blocks.0.attn.hook_z", lambda z, hook: cache.setdefault("z", z)),
                                               ("blocks.0.attn.hook_v", lambda v, hook: cache.setdefault("v", v))])
-    v0 = cache["v"][:, :, 0]  # (batch, kv_head, d): every query now reads the first value
+    v0 = cache["v"][:, 0]  # (batch, kv_head, d_head): every query now reads the first value
     expected = v0.repeat_interleave(2, dim=1)[:, None].expand(-1, 10, -1, -1)
     torch.testing.assert_close(cache["z"], expected)
 

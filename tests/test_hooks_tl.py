@@ -1,0 +1,230 @@
+"""TransformerLens conventions: hook names, layouts and places, the ActivationCache, run_with_cache's options,
+hook points that fire for any PyTorch hook, and the fused attention path whenever the pattern is not asked for."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+import minigate
+from minigate import ActivationCache, ModelConfig, Transformer, get_act_name
+from minigate.attention import apply_rope, rope_cos_sin
+
+TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+B, T, H, K, D, d = 2, 10, 4, 2, 8, 32
+
+
+def _tokens(n=B, t=T):
+    return torch.randint(0, 50, (n, t), generator=torch.Generator().manual_seed(0))
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**TINY, **kw)).eval()
+
+
+def test_a_transformerlens_users_snippet():
+    model = _model(gate="G1", gate_granularity="headwise")
+    logits, cache = model.run_with_cache(_tokens())
+    assert isinstance(cache, ActivationCache) and isinstance(cache, dict)
+    assert cache["pattern", 0] is cache["blocks.0.attn.hook_pattern"]
+    assert cache["pattern", -1] is cache["blocks.1.attn.hook_pattern"]
+    assert cache["resid_post", 1] is cache["blocks.1.hook_resid_post"] and cache["embed", None] is cache["hook_embed"]
+    assert cache["gate", 0].shape == (B, T, H)
+    # q, k, v in TL's layout: (batch, pos, head_index, d_head); k, v with the kv heads
+    assert cache["q", 0].shape == (B, T, H, D) and cache["rot_q", 0].shape == (B, T, H, D)
+    assert cache["k", 0].shape == cache["v", 0].shape == cache["rot_k", 0].shape == (B, T, K, D)
+    assert cache["attn_scores", 0].shape == cache["pattern", 0].shape == (B, H, T, T)
+    with pytest.raises(KeyError, match="not in this cache"):
+        cache["blocks.0.attn.hook_nothing"]
+    assert "ActivationCache with keys" in repr(cache)
+
+
+def test_hook_q_indexed_by_head_is_that_heads_query():
+    """cache["blocks.0.attn.hook_q"][:, :, h] is head h: q_proj's rows of h (released G1 layout), then QK-norm."""
+    for kw in (dict(gate="G1", gate_granularity="elementwise"), dict()):
+        model = _model(**kw)
+        attn, cfg = model.blocks[0].attn, model.cfg
+        _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.0."))
+        x = model.blocks[0].attn_norm(cache["resid_pre", 0])  # (batch, pos, d_model)
+        width = cfg.gate_width_per_head if cfg.gate_in_q_proj else 0
+        rows_per_kv = cfg.group_size * (D + width)
+        cos, sin = rope_cos_sin(T, D, cfg.rope_theta)
+        for h in range(H):
+            kv, i = divmod(h, cfg.group_size)  # head h = kv * group + i
+            start = kv * rows_per_kv + i * D
+            q_h = attn.q_norm(x @ attn.q_proj.weight[start:start + D].T)  # (batch, pos, d_head)
+            torch.testing.assert_close(cache["blocks.0.attn.hook_q"][:, :, h], q_h)
+            torch.testing.assert_close(cache["rot_q", 0][:, :, h], apply_rope(q_h, cos, sin))
+        for kv in range(K):
+            k_kv = attn.k_norm(x @ attn.k_proj.weight[kv * D:(kv + 1) * D].T)
+            torch.testing.assert_close(cache["k", 0][:, :, kv], k_kv)
+            torch.testing.assert_close(cache["v", 0][:, :, kv], x @ attn.v_proj.weight[kv * D:(kv + 1) * D].T)
+
+
+def test_attn_scores_are_scaled_masked_and_softmax_to_the_pattern():
+    model = _model()
+    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.1.attn."))
+    q = rearrange(cache["rot_q", 1], "b t h d -> b h t d")
+    k = rearrange(cache["rot_k", 1], "b t kv d -> b kv t d").repeat_interleave(H // K, dim=1)
+    scores = cache["attn_scores", 1]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert torch.isneginf(scores[..., future]).all()  # as TransformerLens: masked entries are -inf
+    torch.testing.assert_close(scores[..., ~future], (q @ k.transpose(-1, -2) / D ** 0.5)[..., ~future])
+    torch.testing.assert_close(cache["pattern", 1], torch.softmax(scores, dim=-1))
+
+
+def test_stack_activation_and_accumulated_resid():
+    model = _model()
+    _, cache = model.run_with_cache(_tokens())
+    stacked = cache.stack_activation("pattern")
+    assert stacked.shape == (2, B, H, T, T) and torch.equal(stacked[1], cache["pattern", 1])
+    assert cache.stack_activation("resid_pre", 1).shape == (1, B, T, d)  # layers 0..layer-1
+    resid, labels = cache.accumulated_resid(return_labels=True)
+    assert labels == ["0_pre", "1_pre", "final_post"] and resid.shape == (3, B, T, d)
+    assert torch.equal(resid[2], cache["resid_post", 1])
+    _, labels = cache.accumulated_resid(layer=1, incl_mid=True, return_labels=True)
+    assert labels == ["0_pre", "0_mid", "1_pre"]
+    assert cache.accumulated_resid(layer=1, incl_mid=True).shape == (3, B, T, d)
+
+
+def test_remove_batch_dim_and_to():
+    model = _model(gate="G1")
+    _, cache = model.run_with_cache(_tokens(1), remove_batch_dim=True)
+    assert cache["pattern", 0].shape == (H, T, T) and cache["q", 0].shape == (T, H, D)
+    assert not cache.has_batch_dim and cache.remove_batch_dim() is cache  # a second call changes nothing
+    assert cache["pattern", 0].shape == (H, T, T)
+    _, batched = model.run_with_cache(_tokens(2), names_filter="hook_embed")
+    with pytest.raises(ValueError, match="batch size 1"):
+        batched.remove_batch_dim()
+    assert batched.to("cpu") is batched and batched["embed"].device.type == "cpu"
+    assert torch.equal(batched["embed"], model.run_with_cache(_tokens(2), device="cpu")[1]["hook_embed"])
+    _, plain = model.run_with_cache(_tokens(2), names_filter="hook_embed", return_cache_object=False)
+    assert type(plain) is dict and list(plain) == ["hook_embed"]
+
+
+def test_get_act_name():
+    assert minigate.get_act_name is get_act_name
+    assert get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
+    assert get_act_name("attn_scores", 2) == "blocks.2.attn.hook_attn_scores"
+    for short in ("q", "k", "v", "rot_q", "rot_k", "z", "gate", "gate_logits", "z_gated"):
+        assert get_act_name(short, 1) == f"blocks.1.attn.hook_{short}"
+    for short in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out"):
+        assert get_act_name(short, 1) == f"blocks.1.hook_{short}"
+    assert get_act_name("embed") == "hook_embed"
+    assert get_act_name("attn", 0) == "blocks.0.attn.hook_pattern"  # TL's aliases
+    assert get_act_name("blocks.0.attn.hook_z") == "blocks.0.attn.hook_z"  # a full name stays as it is
+    model = _model(gate="G1")
+    assert {get_act_name(s, L) for s in ("q", "rot_k", "pattern", "gate", "z_gated", "resid_mid")
+            for L in range(2)} <= set(model.hook_dict)
+
+
+def test_unsupported_options_are_refused_by_name():
+    model = _model()
+    for option, value in (("incl_bwd", True), ("pos_slice", 3)):
+        with pytest.raises(ValueError, match=rf"run_with_cache\({option}="):
+            model.run_with_cache(_tokens(), **{option: value})
+
+
+# ---- patching the new hook points changes the forward ------------------------------------------------------
+def test_zeroing_hook_v_zeroes_the_attention_output():
+    model = _model()
+    out = {}
+    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_v", lambda v, hook: torch.zeros_like(v)),
+                                              ("blocks.0.hook_attn_out", lambda a, hook: out.setdefault("a", a)),
+                                              ("blocks.1.hook_attn_out", lambda a, hook: out.setdefault("b", a))])
+    assert out["a"].abs().max() == 0 and out["b"].abs().max() > 0
+
+
+@pytest.mark.parametrize("name", ["blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_rot_q",
+                                  "blocks.0.attn.hook_rot_k"])
+def test_patching_queries_or_keys_changes_the_logits(name):
+    model = _model(gate="G1")
+    clean = model(_tokens())
+    patched = model.run_with_hooks(_tokens(), fwd_hooks=[(name, lambda t, hook: t.flip(1))])  # positions reversed
+    assert (patched - clean).abs().max() > 1e-3
+    same = model.run_with_hooks(_tokens(), fwd_hooks=[(name, lambda t, hook: t.clone())])
+    torch.testing.assert_close(same, clean, atol=1e-5, rtol=1e-5)
+
+
+def test_overriding_attn_scores_changes_the_pattern():
+    model = _model()
+
+    def only_bos(scores, hook):  # every query may attend to key 0 only
+        out = torch.full_like(scores, float("-inf"))
+        out[..., 0] = 0.0
+        return out
+
+    _, cache = model.run_with_cache(_tokens(), names_filter="blocks.0.attn.hook_pattern")
+    with model.hooks([("blocks.0.attn.hook_attn_scores", only_bos)]):
+        _, patched = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.0.attn."))
+    expected = torch.zeros(B, H, T, T)
+    expected[..., 0] = 1
+    torch.testing.assert_close(patched["pattern", 0], expected)
+    assert not torch.allclose(cache["pattern", 0], expected)
+    v0 = patched["v", 0][:, 0]  # (batch, kv_head, d_head): every query now reads the first value
+    torch.testing.assert_close(patched["z", 0], v0.repeat_interleave(H // K, dim=1)[:, None].expand(-1, T, -1, -1))
+
+
+# ---- any PyTorch hook fires, and only what is asked for is computed ----------------------------------------
+def _count_sdpa(monkeypatch):
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
+@pytest.mark.parametrize("point", ["hook_pattern", "hook_attn_scores"])
+def test_a_plain_pytorch_hook_on_the_pattern_fires(kind, point, monkeypatch):
+    model = _model()
+    calls = _count_sdpa(monkeypatch)
+    seen = []
+    hp = model.hook_dict[f"blocks.0.attn.{point}"]
+    if kind == "forward_hook":
+        handle = hp.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    else:
+        handle = hp.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape))
+    try:
+        model(_tokens())
+    finally:
+        handle.remove()
+    assert seen == [(B, H, T, T)]
+    assert len(calls) == 1  # layer 0 explicit, layer 1 fused
+    model(_tokens())
+    assert len(calls) == 3 and seen == [(B, H, T, T)]  # hook removed: both layers fused again
+
+
+def test_a_global_module_hook_sees_the_pattern():
+    model = _model()
+    seen = []
+
+    def record(module, inputs, output):
+        if module is model.blocks[1].attn.hook_pattern:
+            seen.append(module.name)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        model(_tokens())
+    finally:
+        handle.remove()
+    assert seen == ["blocks.1.attn.hook_pattern"]
+
+
+def test_cache_without_the_pattern_keeps_the_fused_path(monkeypatch):
+    model = _model(gate="G1")
+    calls = _count_sdpa(monkeypatch)
+    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.endswith("hook_resid_post"))
+    assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    assert len(calls) == 2  # both layers fused
+    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: "hook_q" in n or "hook_z" in n)
+    assert len(calls) == 4
+    _, cache = model.run_with_cache(_tokens())  # no filter: everything, as TransformerLens, so the explicit path
+    assert len(calls) == 4 and cache["pattern", 1].shape == (B, H, T, T)
+    _, cache = model.run_with_cache(_tokens(), names_filter="blocks.1.attn.hook_attn_scores")
+    assert len(calls) == 5  # layer 0 fused, layer 1 explicit

@@ -1,0 +1,100 @@
+"""The package's layers: the library at the bottom, never importing course or benchmark code, and no cycles.
+
+    python tests/test_layout.py        # prints the import layers (layer 0 imports no other minigate module)
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "minigate"
+LIBRARY = ("config", "hooks", "attention", "model", "pretrained", "export", "data", "train", "runfolder", "analysis",
+           "gates", "ablation", "stats", "plots", "widgets", "cli", "resources")
+ABOVE_THE_LIBRARY = ("minigate.course", "minigate.bench")
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """{module: the minigate modules it imports}, read from the source: imports inside functions count too."""
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: `from ..x import y` inside package a.b is a.x
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for a in node.names:  # `from . import data` imports the module minigate.data
+                    deps.add(f"{base}.{a.name}" if f"{base}.{a.name}" in files else base)
+        graph[name] = {d for d in deps if d in files and d != name}
+    return graph
+
+
+def layers(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Layer 0: imports no minigate module; layer n: imports something of layer n - 1 and nothing higher.
+    A ValueError naming the cycle if there is one."""
+    level: dict[str, int] = {}
+
+    def visit(m, path):
+        if m in path:
+            raise ValueError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+        if m not in level:
+            level[m] = 1 + max((visit(d, path + [m]) for d in graph[m]), default=-1)
+        return level[m]
+
+    for m in graph:
+        visit(m, [])
+    return level
+
+
+def test_the_import_graph_has_no_cycles():
+    assert layers(import_graph())  # raises on a cycle
+
+
+def test_the_library_never_imports_course_or_benchmark_code_even_lazily():
+    graph = import_graph()
+    for name in LIBRARY:
+        seen, todo = set(), [f"minigate.{name}"]
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph[m]
+        assert not [m for m in seen if m.startswith(ABOVE_THE_LIBRARY)], name
+
+
+def test_benchmarks_never_import_course_code():
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith("minigate.bench"):
+            assert not [d for d in deps if d.startswith("minigate.course")], name
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_importing_a_library_module_loads_no_course_or_benchmark_module(name):
+    code = (f"import sys, minigate.{name}\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({ABOVE_THE_LIBRARY!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else PACKAGE
+    graph = import_graph(root)
+    by_layer: dict[int, list[str]] = {}
+    for m, n in layers(graph).items():
+        by_layer.setdefault(n, []).append(m)
+    for n in sorted(by_layer):
+        print(f"layer {n}: " + ", ".join(sorted(by_layer[n])))

@@ -75,7 +75,7 @@ class Attention(nn.Module):
     Shapes: head = n_heads query heads; kv_head = n_kv_heads key/value heads, each serving `group` =
     n_heads / n_kv_heads neighbouring query heads; d_head = cfg.head_dim.
 
-    The gate score is act(x W_gate + bias), x the normed input, act sigmoid (or SiLU), computed in
+    The gate score is act(x W_gate [+ bias]), x the normed input, act sigmoid (or SiLU), computed in
     `_gate_score`: one score per head (headwise, width 1) or per head dimension (elementwise, width
     d_head). Where it acts, `cfg.gate`:
         G1  z:   each head's attention output, before o_proj (the paper's gate)
@@ -94,8 +94,8 @@ class Attention(nn.Module):
         hook_attn_scores (batch, head, query_pos, key_pos): q kᵀ/√d_head, future keys -inf, before softmax
         hook_pattern (batch, head, query_pos, key_pos): the softmax
         hook_z (batch, pos, head, d_head): each head's attention output; hook_z_gated (G1): z * score
-    hook_attn_scores and hook_pattern exist on the explicit path only: it runs when the pattern is
-    asked for or either point has a hook; otherwise PyTorch's fused kernel computes the same z.
+    hook_attn_scores and hook_pattern fire on the explicit path only: it runs when the pattern is asked
+    for or either point has any PyTorch hook; otherwise PyTorch's fused kernel computes the same z.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -202,16 +202,16 @@ class Attention(nn.Module):
         return q, logits
 
     def _gate_score(self, x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        """The gate score act(x W_gate + bias), shaped to meet what it gates: (batch, pos, head, width) with
+        """The gate score act(x W_gate [+ bias]), shaped to meet what it gates: (batch, pos, head, width) with
         width 1 (headwise) or d_head (elementwise) and head the kv heads for G2/G3; G5 (batch, pos, d_model).
         `logits`: the released G1 layout's logits from q_proj, else None (gate_proj computes them).
         hook_gate_logits and hook_gate see a headwise gate as (batch, pos, head)."""
         cfg = self.cfg
         width = cfg.gate_width_per_head
-        if logits is None and cfg.gate == "G5":
-            logits = self.gate_proj(x)  # (batch, pos, d_model)
-        elif logits is None:
-            logits = rearrange(self.gate_proj(x), "batch pos (head width) -> batch pos head width", width=width)
+        if logits is None:  # every layout but the released G1 one: the gate's own projection
+            logits = self.gate_proj(x)  # (batch, pos, d_model) for G5
+            if cfg.gate != "G5":
+                logits = rearrange(logits, "batch pos (head width) -> batch pos head width", width=width)
             if not cfg.gate_head_specific:  # one shared score, the same for every head
                 logits = logits.expand(-1, -1, self.n_gate_heads(), -1)
         if cfg.gate_bias:

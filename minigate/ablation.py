@@ -53,6 +53,7 @@ from .stats import bootstrap_ci
 from .train import eval_mode, token_cross_entropy
 
 SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
+T4_PEAK = 65e12  # FLOP/s, a T4's fp16 tensor cores (NVIDIA's datasheet): projecting a sweep's time on a free Colab T4
 COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
 
 

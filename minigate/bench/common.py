@@ -1,13 +1,11 @@
 """What the benchmarks share: a timing helper that interleaves contenders so they share the machine's noise
-and reports medians; transformers' Qwen3 with a minigate config's sizes; the T4's peak rate for projections."""
+and reports medians; transformers' Qwen3 with a minigate config's sizes."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-
-T4_PEAK = 65e12  # FLOP/s, a T4's fp16 tensor cores, NVIDIA's datasheet figure (lesson 07's checks use it too)
 
 
 def interleaved_medians(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 2) -> dict[str, float]:

@@ -1,11 +1,11 @@
-"""Lesson 07's checks: the 1B models' size, and a T4 time budget from FLOPs (T4_PEAK comes from the
-benchmarks' minigate.bench.common, which projects the same budget)."""
+"""Lesson 07's checks: the 1B models' size, and a T4 time budget from FLOPs (T4_PEAK comes from
+minigate.ablation; `python -m minigate.bench ablation` projects with it too)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...bench.common import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
+from ...ablation import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
 from .engine import check
 
 

@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-PRESET_NAMES = ("ci", "t4", "copy", "induction", "text", "code")  # as train.PRESETS (checked in the tests)
+PRESET_NAMES = ("ci", "code", "copy", "induction", "text")  # as train.PRESETS (checked in the tests)
 
 
 TASK_ROWS = (40_000, 512)  # rows of a synthetic task (data.TASKS) for training and validation (seeds 1 and 2)
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="ci: 2 CPU cores, ~1 min; code: the natural-data recipe for a GPU (~1.5 min on an "
-                        "H100); t4: the earlier GPU preset; copy: the sink demonstration (copy task, ~5 min); "
+                        "H100); copy: the sink demonstration (copy task, ~5 min); "
                         "induction: the same without <bos> (~9 min); text: the CPU natural-text checkpoints (~15 min)")
     t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")

@@ -79,7 +79,8 @@ def cmd_train(args) -> int:
     from .analysis import sink_tracker
     from .pretrained import atomic_write, save_tokenizer
     from .runfolder import RunLock, check_writable
-    from .train import PRESETS, Interrupted, TrainingDiverged, load_checkpoint, pick_device, pick_precision, train
+    from .train import (PRESETS, Interrupted, TrainingDiverged, config_diff, load_checkpoint, pick_device,
+                        pick_precision, train)
 
     preset, out = PRESETS[args.preset], Path(args.out)
     run_file, ckpt_file = out / "run.json", out / "checkpoint.pt"
@@ -114,13 +115,10 @@ def cmd_train(args) -> int:
             if not args.resume:
                 raise ValueError(f"{out} already has a checkpoint; add --resume to continue it, "
                                  "or pick another --out")
-            saved = load_checkpoint(ckpt_file)  # damaged: CheckpointError, nothing touched
-            theirs = type(model_cfg).from_dict(saved["model_config"]).to_dict()
-            diff = {k: (v, model_cfg.to_dict()[k]) for k, v in theirs.items() if model_cfg.to_dict()[k] != v}
+            diff = config_diff(load_checkpoint(ckpt_file), model_cfg)  # damaged: CheckpointError, nothing touched
             if diff:
                 raise ValueError(f"{ckpt_file} was trained with another model config, {{field: (checkpoint, "
                                  f"requested)}} = {diff}; resume without those --set flags (nothing was changed)")
-            del saved
         _, train_ids, val_ids = _tokens(preset.corpus, tokenizer, cfg.seq_len, model_cfg.vocab_size)
         torch.manual_seed(cfg.seed)  # the model's initial weights
         model = Transformer(model_cfg)

@@ -310,10 +310,16 @@ def load_checkpoint(path: Path) -> dict:
     return ckpt
 
 
+def config_diff(ckpt: dict, model_cfg: ModelConfig) -> dict:
+    """{field: (checkpoint's value, model_cfg's)} for every ModelConfig field where they differ; a checkpoint
+    written before a field existed counts as having its default."""
+    saved, mine = type(model_cfg).from_dict(ckpt["model_config"]).to_dict(), model_cfg.to_dict()
+    return {k: (v, mine[k]) for k, v in saved.items() if mine[k] != v}
+
+
 def _restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainConfig) -> History:
-    saved = type(model.cfg).from_dict(ckpt["model_config"]).to_dict()  # fields added since take defaults
-    if saved != model.cfg.to_dict():
-        diff = {k: (v, model.cfg.to_dict().get(k)) for k, v in saved.items() if model.cfg.to_dict().get(k) != v}
+    diff = config_diff(ckpt, model.cfg)
+    if diff:
         raise ValueError(f"the checkpoint was trained with another model config, {{field: (checkpoint, "
                          f"yours)}} = {diff}; build the model with the checkpoint's config (the checkpoint was "
                          "left as it is)")

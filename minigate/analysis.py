@@ -135,13 +135,20 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
     return ActivationStats(max_abs=best, where=where)
 
 
-def sink_tracker(tokens: torch.Tensor, batch_size: int = 16):
-    """A `train()` callback that records F-Attn, sink rate and M-Act on fixed `tokens` (batch, pos),
-    so you can watch the sink form: history.metric("f_attn") -> (steps, values)."""
+def sink_tracker(tokens: torch.Tensor, batch_size: int = 16, short: int = 64):
+    """A `train()` callback that records F-Attn, sink rate, the largest head's share and M-Act on fixed
+    `tokens` (batch, pos), so you can watch the sink form: history.metric("f_attn") -> (steps, values).
+    When the windows are longer than `short`, it also records the sink at Gu et al.'s T=64 on their first
+    `short` tokens ("f_attn_64", "sink_rate_64", "max_head_share_64"; the key is named after `short`)."""
 
     def callback(step, model, history) -> dict:
         sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
-        return {"f_attn": sink.f_attn, "sink_rate": sink.sink_rate, "max_head_share": sink.share.max().item(),
-                "m_act": act.m_act, "max_act": act.peak, "share_per_layer": sink.per_layer.tolist()}
+        out = {"f_attn": sink.f_attn, "sink_rate": sink.sink_rate, "max_head_share": sink.share.max().item(),
+               "m_act": act.m_act, "max_act": act.peak, "share_per_layer": sink.per_layer.tolist()}
+        if tokens.shape[1] > short:
+            s = attention_sink(model, tokens[:, :short], batch_size)
+            out.update({f"f_attn_{short}": s.f_attn, f"sink_rate_{short}": s.sink_rate,
+                        f"max_head_share_{short}": s.share.max().item()})
+        return out
 
     return callback

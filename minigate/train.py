@@ -21,9 +21,11 @@ data sampler's generator, which is checkpointed, and the learning rate is a pure
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
+import platform
 import random
 import signal
 import sys
@@ -53,7 +55,10 @@ class TrainConfig:
     seq_len: int = 128  # tokens per sequence, <bos> included
     grad_accum: int = 1  # micro-batches per update: tokens per update = batch_size * seq_len * grad_accum
     lr: float = 3e-3  # peak learning rate, reached at the last warmup step
-    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio at the last step
+    min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio at the last step (1.0: constant lr)
+    schedule: str = "cosine"  # after warmup: "cosine" down to the end, or "wsd" (warmup-stable-decay): constant,
+    #                           then linear down over the last decay_frac of the steps
+    decay_frac: float = 0.2  # "wsd" only: the share of all steps spent decaying
     warmup_steps: int = 100  # linear warmup: step s (1-based) of the warmup uses lr * s / warmup_steps
     weight_decay: float = 0.1  # AdamW decay on the matrices of Linear layers; none on norms or the embedding
     betas: tuple = (0.9, 0.95)  # AdamW (beta1, beta2)
@@ -94,14 +99,16 @@ class TrainConfig:
               "must be two numbers in [0, 1), e.g. (0.9, 0.95) (on the command line: --set betas=0.9,0.95)")
         check(is_int(self.warmup_steps) and 0 <= self.warmup_steps < self.steps, "warmup_steps",
               f"must be >= 0 and less than steps={self.steps}")
+        check(self.schedule in ("cosine", "wsd"), "schedule", "use cosine or wsd")
+        check(is_number(self.decay_frac) and 0 < self.decay_frac <= 1, "decay_frac", "must be in (0, 1]")
         check(self.precision in ("auto", "fp32", "bf16", "fp16"), "precision", "use auto, fp32, bf16 or fp16")
         check(isinstance(self.compile, bool) or self.compile == "auto", "compile", "must be True, False or 'auto'")
         check(isinstance(self.device, str) and bool(self.device), "device", "use auto, cpu, cuda, cuda:1 or mps")
 
 
 # fields that change the numbers; resuming with other values cannot reproduce an uninterrupted run
-_MATH_FIELDS = ("steps", "batch_size", "seq_len", "grad_accum", "lr", "min_lr_ratio", "warmup_steps",
-                "weight_decay", "betas", "grad_clip", "bos_id", "seed", "precision")
+_MATH_FIELDS = ("steps", "batch_size", "seq_len", "grad_accum", "lr", "min_lr_ratio", "schedule", "decay_frac",
+                "warmup_steps", "weight_decay", "betas", "grad_clip", "bos_id", "seed", "precision")
 
 
 @dataclass
@@ -161,12 +168,17 @@ class TrainingDiverged(RuntimeError):
 
 # -- pieces that tests and lessons check on their own --------------------------------------------------
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of optimizer step `step` (1-based): linear warmup to cfg.lr at step warmup_steps,
-    then a cosine down to cfg.lr * min_lr_ratio at step cfg.steps."""
+    """Learning rate of optimizer step `step` (1-based): linear warmup to cfg.lr at step warmup_steps, then
+    down to cfg.lr * min_lr_ratio at step cfg.steps: a cosine over all the rest ("cosine"), or constant until
+    the last decay_frac of the steps and linear from there ("wsd")."""
     if step <= cfg.warmup_steps:
         return cfg.lr * step / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / (cfg.steps - cfg.warmup_steps)  # (0, 1]
     min_lr = cfg.lr * cfg.min_lr_ratio
+    if cfg.schedule == "wsd":
+        decay_start = max(cfg.warmup_steps, cfg.steps - round(cfg.decay_frac * cfg.steps))
+        progress = max(0, step - decay_start) / max(1, cfg.steps - decay_start)  # 0 while stable, then (0, 1]
+        return cfg.lr - (cfg.lr - min_lr) * min(progress, 1.0)
+    progress = (step - cfg.warmup_steps) / (cfg.steps - cfg.warmup_steps)  # (0, 1]
     return min_lr + (cfg.lr - min_lr) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
@@ -209,6 +221,26 @@ def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | 
         raise ValueError(f"precision='fp16' needs a CUDA GPU (it relies on a GradScaler); on {device.type} "
                          "use 'bf16' or 'fp32'")
     return {"fp32": (None, False), "bf16": (torch.bfloat16, False), "fp16": (torch.float16, True)}[precision]
+
+
+_ALLOCATOR = {"tuned": False}
+
+
+def tune_cpu_allocator() -> bool:
+    """Make glibc keep freed memory for reuse instead of handing it back to the kernel. A training step frees
+    and re-allocates the same large tensors (logits, attention gradients); by default glibc maps each block
+    over 128 KB afresh, and the kernel zeroes every new page on first touch: a quarter of a CPU step here
+    (`python -m minigate.bench train` measures it). Process-wide and lasting (the process keeps its peak
+    heap); Linux with glibc only. train() calls it on CPU. Returns whether the setting is in place."""
+    if not _ALLOCATOR["tuned"] and sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            return False
+        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4  # mallopt parameters, <malloc.h>
+        _ALLOCATOR["tuned"] = all(libc.mallopt(k, v) == 1 for k, v in (  # mallopt returns 1 on success
+            (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1), (M_TOP_PAD, 64 << 20)))
+    return _ALLOCATOR["tuned"]
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -407,6 +439,8 @@ def _train(model, train_data, val_data, cfg, out_dir, resume, callback, progress
         raise ValueError(f"TrainConfig.seq_len={cfg.seq_len} is longer than the model's max_seq_len="
                          f"{model.cfg.max_seq_len}; train at seq_len <= {model.cfg.max_seq_len}, or build the model "
                          f"with max_seq_len >= {cfg.seq_len}")
+    if device.type == "cpu":
+        tune_cpu_allocator()
     model.to(device).train()
     opt = make_optimizer(model, cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)

@@ -38,6 +38,51 @@ def test_lr_schedule_warmup_then_cosine_to_min():
     assert T.lr_at(10 + 90 // 4, cfg) > 0.55 + 0.45 / 2  # cosine, not linear: above the line early on
 
 
+def test_lr_schedule_wsd_constant_then_linear_decay():
+    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd", decay_frac=0.2)
+    lrs = [T.lr_at(s, cfg) for s in range(1, 101)]
+    assert lrs[:10] == pytest.approx([s / 10 for s in range(1, 11)])  # the same warmup
+    assert lrs[9:80] == pytest.approx([1.0] * 71)  # stable until the last 20 steps
+    assert lrs[-1] == pytest.approx(0.1) and T.lr_at(90, cfg) == pytest.approx(0.55)  # linear down to min_lr
+    assert all(a > b for a, b in zip(lrs[79:], lrs[80:], strict=False))
+    constant = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=1.0)  # min_lr_ratio 1: flat
+    assert [T.lr_at(s, constant) for s in range(10, 101)] == pytest.approx([1.0] * 91)
+
+
+@pytest.mark.parametrize("kw", [dict(schedule="linear"), dict(decay_frac=0), dict(decay_frac=1.5)])
+def test_bad_schedule_is_refused(kw):
+    with pytest.raises(ValueError, match="schedule|decay_frac"):
+        T.TrainConfig(**kw)
+
+
+_FAULTS = """
+import resource, sys, torch
+from minigate.train import tune_cpu_allocator
+if sys.argv[1] == "tuned":
+    assert tune_cpu_allocator()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+x = torch.ones(8 << 20); del x  # 32 MB, freed
+before = faults(); x = torch.ones(8 << 20)  # the same size again, every page written
+print(faults() - before)
+"""
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_cpu_allocator_keeps_freed_memory():
+    # by default glibc hands a freed 32 MB block back to the kernel, and writing a new one faults in its
+    # 8192 pages afresh; tuned, the block is kept and reused without a page fault
+    import subprocess
+    import sys
+
+    def faults(mode):
+        return int(subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True,
+                                  check=True).stdout)
+
+    assert faults("default") > 4000
+    assert faults("tuned") < 100
+
+
 def _params_equal(a, b):
     return all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=False))
 

@@ -1,4 +1,13 @@
-"""Training throughput (tokens/s) of train() against a bare loop, on CPU (`ci` sizes) or CUDA (`code` sizes):
+"""Training throughput (tokens/s): on CPU, first the settings that could speed up the natural-data recipe
+(--preset, default `code`), each contender in a fresh process of its own (the allocator setting is
+process-wide and lasting), in interleaved rounds:
+
+    fp32, glibc's default allocator     what train() did before tune_cpu_allocator
+    fp32, tuned allocator               train()'s CPU default
+    bf16 autocast                       pays only on CPUs with native bf16 matrix units (AMX, AVX512-BF16)
+    fp32 + torch.compile                its one-off compile time printed apart, and its end-to-end ratio
+
+Then train() against a bare loop, on CPU (`ci` sizes) or CUDA (`code` sizes):
 
     minigate train() baseline / G1 headwise / G1 elementwise   the real loop (AdamW, schedule, clipping,
                                                                  history, progress bookkeeping)
@@ -11,14 +20,18 @@ Contenders take turns (rounds of --steps steps each, round-robin) so they share 
 noise; each step's time runs from sampling the batch to the end of the optimizer step, as in
 train()'s own tokens/s. The first step of every round is dropped. Reports medians and ratios.
 
-    python -m minigate.bench train [--device auto] [--threads 2] [--rounds 5] [--steps 10]
+    python -m minigate.bench train [--device auto] [--threads 2] [--rounds 5] [--steps 10] [--preset code]
+                                   [--settings-rounds 3] [--skip-settings]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -27,7 +40,15 @@ from minigate import Transformer
 from minigate.bench.common import qwen3_twin
 from minigate.data import sample_batch
 from minigate.train import (PRESETS, lr_at, make_optimizer, model_config, pick_device, pick_precision,
-                            token_cross_entropy, train)
+                            token_cross_entropy, train, tune_cpu_allocator)
+
+# CPU contenders of the settings comparison: name -> (tune the allocator, precision, torch.compile)
+SETTINGS = {
+    "fp32, glibc's default allocator": (False, "fp32", False),
+    "fp32, tuned allocator (default)": (True, "fp32", False),
+    "bf16 autocast, tuned allocator": (True, "bf16", False),
+    "fp32 + torch.compile, tuned": (True, "fp32", True),
+}
 
 
 def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
@@ -56,6 +77,52 @@ def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
     return rates
 
 
+def settings_worker(name: str, preset_name: str, steps: int) -> dict:
+    """One contender of the CPU settings comparison, in its own process: the preset's baseline model and
+    batch, `steps` steps of plain_loop; the first step's seconds (compiling, if any) and the other steps' rates."""
+    tune, precision, compile_ = SETTINGS[name]
+    if tune:
+        tune_cpu_allocator()
+    preset = PRESETS[preset_name]
+    cfg = dataclasses.replace(preset.train, steps=steps, warmup_steps=1, device="cpu", precision=precision)
+    torch.manual_seed(0)
+    model = Transformer(model_config(preset_name, "none"))
+    fwd = torch.compile(model) if compile_ else model
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, model.cfg.vocab_size, (2_000_000,), generator=gen)
+    rates = plain_loop(model, lambda m, x: fwd(x), tokens, cfg, gen)
+    return {"first_s": cfg.batch_size * cfg.seq_len / rates[0], "rates": rates[1:]}
+
+
+def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dict[str, float]:
+    """Median tokens/s of each SETTINGS contender, fresh processes taking turns; prints the ratios."""
+    rates, first = {n: [] for n in SETTINGS}, {n: [] for n in SETTINGS}
+    for _ in range(rounds):
+        for name in SETTINGS:
+            out = subprocess.run([sys.executable, "-m", "minigate.bench", "train", "--worker", name, "--preset",
+                                  preset_name, "--steps", str(steps), "--threads", str(threads)],
+                                 capture_output=True, text=True, check=True)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            rates[name] += got["rates"]
+            first[name].append(got["first_s"])
+    med = {n: statistics.median(r) for n, r in rates.items()}
+    m, t = model_config(preset_name), PRESETS[preset_name].train
+    print(f"CPU settings, {preset_name} preset ({m.d_model} wide, {m.n_layers} layers, {m.n_heads} x {m.head_dim} "
+          f"heads, batch {t.batch_size} x {t.seq_len}), {threads} threads, fresh process per turn; median of "
+          f"{len(rates[next(iter(SETTINGS))])} steps each ({rounds} interleaved rounds of {steps - 1}); "
+          f"native bf16: {torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
+    base = med["fp32, glibc's default allocator"]
+    for name, r in med.items():
+        print(f"  {name:34s} {r:9,.0f} tok/s  {r / base:5.2f}x fp32 with glibc's defaults")
+    name = "fp32 + torch.compile, tuned"
+    compile_s = statistics.median(first[name]) - t.batch_size * t.seq_len / med[name]
+    run_tokens = t.steps * t.batch_size * t.seq_len * t.grad_accum
+    eager_s, compiled_s = run_tokens / med["fp32, tuned allocator (default)"], compile_s + run_tokens / med[name]
+    print(f"torch.compile: {compile_s:.0f} s to compile (median over rounds; the first ever compile is slower); "
+          f"end to end over the preset's {t.steps} steps: {eager_s / compiled_s:.2f}x the tuned eager run")
+    return med
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m minigate.bench train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,9 +130,20 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5, help="turns per contender")
     ap.add_argument("--steps", type=int, default=10, help="training steps per turn")
+    ap.add_argument("--preset", default="code", help="the recipe whose sizes the CPU settings comparison uses")
+    ap.add_argument("--settings-rounds", type=int, default=3, help="turns per CPU settings contender")
+    ap.add_argument("--skip-settings", action="store_true", help="only the train() vs plain loop comparison")
+    ap.add_argument("--worker", choices=SETTINGS, help=argparse.SUPPRESS)  # one settings contender (internal)
     args = ap.parse_args(argv)
+    if args.preset not in PRESETS:
+        ap.error(f"unknown --preset {args.preset!r}; choose from {sorted(PRESETS)}")
     torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(settings_worker(args.worker, args.preset, args.steps)))
+        return None
     device = pick_device(args.device)
+    if device.type == "cpu" and not args.skip_settings:
+        cpu_settings(args.preset, args.threads, args.settings_rounds, args.steps)
     preset_name = "code" if device.type == "cuda" else "ci"
     preset = PRESETS[preset_name]
     cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9, eval_batches=1,

@@ -209,7 +209,7 @@ def _n_gate_heads(model) -> int:
     cfg = model.cfg
     if cfg.gate == "G5":
         raise ValueError("G5 gates act on o_proj's output, which has no heads; use set_gates or force_layer")
-    return model.blocks[0].attn.n_gate_heads()  # query heads, or kv heads for G2/G3
+    return cfg.n_gate_heads  # query heads, or kv heads for G2/G3
 
 
 def _check_component(component: str) -> str:

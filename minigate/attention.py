@@ -7,10 +7,10 @@
 
 The paper's gate (G1) multiplies each head's attention output z by a gate score sigmoid(x W_gate),
 where x is the same normed hidden state that feeds the query projection. There is one score per
-head (the `headwise` variant) or one per head dimension (`elementwise`). The other gate positions
-(G2 values, G3 keys, G4 queries, G5 after o_proj) and variants (SiLU, additive, head-shared) are
-here for the paper's ablations. G2-G4 act on v, k, q just before attention, after QK-norm and RoPE
-(before the norm, a headwise gate on q or k would simply be normalised away).
+head (the `headwise` variant) or one per head dimension (`elementwise`). `Attention` is exactly that:
+Qwen3's attention and the released G1 gate, to read top to bottom. The other gate positions (G2 values,
+G3 keys, G4 queries, G5 after o_proj) and variants (SiLU, additive, head-shared, a bias), here for the
+paper's ablations, are `GateVariantAttention`, a subclass that `model.Block` picks from the config.
 
 Words: a gate *position* is `ModelConfig.gate` (none, G1..G5); a gate *variant* is how the score is
 made (headwise or elementwise, shared, SiLU, additive); the gate *score* is the tensor at hook_gate.
@@ -64,26 +64,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
-def gate_activation(name: str):
-    return torch.sigmoid if name == "sigmoid" else F.silu
-
-
 class Attention(nn.Module):
-    """Causal multi-head attention with QK-norm, RoPE, grouped-query attention and a gate.
+    """Qwen3's attention (QK-norm, RoPE, grouped-query attention) with the paper's G1 gate as released.
 
-    forward(x (batch, pos, d_model), cos, sin) -> (out (batch, pos, d_model), pattern or None).
+    forward(x (batch, pos, d_model), cos, sin) -> (out (batch, pos, d_model), pattern (batch, head, query_pos,
+    key_pos) on the explicit path, else None).
     Shapes: head = n_heads query heads; kv_head = n_kv_heads key/value heads, each serving `group` =
     n_heads / n_kv_heads neighbouring query heads; d_head = cfg.head_dim.
 
-    The gate score is act(x W_gate [+ bias]), x the normed input, act sigmoid (or SiLU), computed in
-    `_gate_score`: one score per head (headwise, width 1) or per head dimension (elementwise, width
-    d_head). Where it acts, `cfg.gate`:
-        G1  z:   each head's attention output, before o_proj (the paper's gate)
-        G2  v:   the values, one score per kv head
-        G3  k:   the rotated keys, one score per kv head
-        G4  q:   the rotated queries
-        G5  out: the output of o_proj, one score per d_model channel
-    It multiplies (or adds, gate_mode="additive"); gate_head_specific=False shares one score across heads.
+    This class computes a model without a gate and the released G1 gate: the score sigmoid(x W_gate), x the
+    normed input, W_gate the extra rows of q_proj; one score per head (headwise, width 1) or per head dimension
+    (elementwise, width d_head), multiplying each head's attention output z before o_proj. The gates the paper
+    compared it with (G2-G5, head-shared, SiLU, additive, a bias) are `GateVariantAttention`, which
+    `model.Block` builds instead when `cfg.study_gate` says so.
 
     Hook points, in the order they fire (TransformerLens' names and layouts):
         hook_q (batch, pos, head, d_head), hook_k, hook_v (batch, pos, kv_head, d_head): the projections,
@@ -94,34 +87,22 @@ class Attention(nn.Module):
         hook_attn_scores (batch, head, query_pos, key_pos): q kᵀ/√d_head, future keys -inf, before softmax
         hook_pattern (batch, head, query_pos, key_pos): the softmax
         hook_z (batch, pos, head, d_head): each head's attention output; hook_z_gated (G1): z * score
-    hook_attn_scores and hook_pattern fire on the explicit path only: it runs when the pattern is asked
-    for or either point has any PyTorch hook; otherwise PyTorch's fused kernel computes the same z.
+    hook_attn_scores and hook_pattern fire on the explicit path only: it runs when either point has a hook
+    (see HookPoint.active); otherwise PyTorch's fused kernel computes the same z.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        H, K, D, width = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.gate_width_per_head
-        # G1 in the released layout: the gate rows inside q_proj (H * width extra rows, grouped per kv head)
-        self.q_proj = nn.Linear(cfg.d_model, H * D + (H * width if cfg.gate_in_q_proj else 0), bias=False)
+        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        gate_rows = H * cfg.gate_width_per_head if cfg.gate_in_q_proj else 0  # G1's rows, grouped per kv head
+        self.q_proj = nn.Linear(cfg.d_model, H * D + gate_rows, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, K * D, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, K * D, bias=False)
         self.o_proj = nn.Linear(H * D, cfg.d_model, bias=False)
-        if cfg.qk_norm:
-            self.q_norm = RMSNorm(D, cfg.norm_eps)
-            self.k_norm = RMSNorm(D, cfg.norm_eps)
-        if cfg.gate != "none" and not cfg.gate_in_q_proj:  # every other gate: its own projection
-            if cfg.gate == "G5":
-                gate_rows = cfg.d_model
-            elif cfg.gate_head_specific:
-                gate_rows = self.n_gate_heads() * width
-            else:  # head-shared: one score (per dimension) for all heads
-                gate_rows = width
-            self.gate_proj = nn.Linear(cfg.d_model, gate_rows, bias=False)
-        if cfg.gate != "none" and cfg.gate_bias:  # optional learnable bias, one per gate score (not in the paper)
-            n_scores = cfg.d_model if cfg.gate == "G5" else self.n_gate_heads() * width
-            self.gate_bias = nn.Parameter(torch.full((n_scores,), float(cfg.gate_bias)))
-        self.act = gate_activation(cfg.gate_activation)
+        self.q_norm = RMSNorm(D, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(D, cfg.norm_eps) if cfg.qk_norm else nn.Identity()
+        self.act = torch.sigmoid  # the gate's activation
 
         self.hook_q = HookPoint()  # (batch, pos, head, d_head)     after QK-norm, before RoPE
         self.hook_k = HookPoint()  # (batch, pos, kv_head, d_head)  after QK-norm, before RoPE
@@ -137,53 +118,36 @@ class Attention(nn.Module):
         if cfg.gate == "G1":
             self.hook_z_gated = HookPoint()  # (batch, pos, head, d_head)  what o_proj sees
 
-    def n_gate_heads(self) -> int:
-        """How many heads the gate acts on: kv heads for G2/G3, query heads for G1/G4."""
-        return self.cfg.n_kv_heads if self.cfg.gate in ("G2", "G3") else self.cfg.n_heads
-
     def num_gate_params(self) -> int:
-        """Weights that compute this layer's gate: its rows of q_proj (released G1 layout) or gate_proj, and
-        the gate bias; 0 for an ungated layer."""
+        """Weights that compute this layer's gate: its rows of q_proj (released G1 layout), gate_proj and the
+        gate bias; 0 for an ungated layer."""
         cfg = self.cfg
-        if cfg.gate == "none":
-            return 0
-        n = sum(p.numel() for name, p in self.named_parameters() if name.startswith("gate_"))
-        return n + (cfg.n_heads * cfg.gate_width_per_head * cfg.d_model if cfg.gate_in_q_proj else 0)
+        in_q_proj = cfg.n_heads * cfg.gate_width_per_head * cfg.d_model if cfg.gate_in_q_proj else 0
+        return in_q_proj + sum(p.numel() for name, p in self.named_parameters() if name.startswith("gate_"))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, need_pattern: bool = False):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """x (batch, pos, d_model), already normed; cos, sin (pos, d_head) from rope_cos_sin.
-        Returns (out (batch, pos, d_model), pattern (batch, head, query_pos, key_pos) or None)."""
+        Returns (out (batch, pos, d_model), pattern or None), see the class docstring."""
+        gated = self.cfg.gate == "G1"
+        q, k, v, gate_logits = self._project(x, cos, sin)  # gate_logits: G1's rows of q_proj, or None
+        score = self._gate_score(gate_logits) if gated else None  # (batch, pos, head, 1 or d_head)
+        z, pattern = self._attend(q, k, v)
+        z = self.hook_z(z)  # (batch, pos, head, d_head)
+        if gated:  # G1, the paper's gate: each head's output times its gate score
+            z = self.hook_z_gated(self._gate(z, score))
+        return self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)")), pattern
+
+    def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q (batch, pos, head, d_head), k and v (batch, pos, kv_head, d_head), q and k after QK-norm and RoPE;
+        and in the released G1 layout the gate logits that share q_proj (batch, pos, head, width), else None."""
         cfg = self.cfg
-        q, gate_logits = self._queries(x)  # (batch, pos, head, d_head); G1's logits when they share q_proj
+        q, gate_logits = self._queries(x)
         k = rearrange(self.k_proj(x), "batch pos (kv_head d_head) -> batch pos kv_head d_head", d_head=cfg.head_dim)
         v = rearrange(self.v_proj(x), "batch pos (kv_head d_head) -> batch pos kv_head d_head", d_head=cfg.head_dim)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        q, k, v = self.hook_q(self.q_norm(q)), self.hook_k(self.k_norm(k)), self.hook_v(v)
         cos, sin = (rearrange(t, "pos d_head -> pos 1 d_head") for t in (cos, sin))  # the same angle for every head
         q, k = self.hook_rot_q(apply_rope(q, cos, sin)), self.hook_rot_k(apply_rope(k, cos, sin))
-        score = self._gate_score(x, gate_logits) if cfg.gate != "none" else None
-
-        # ── G2, G3, G4: gate the values, keys or queries just before attention ──────────────────────────
-        if cfg.gate == "G2":
-            v = self._gate(v, score)
-        elif cfg.gate == "G3":
-            k = self._gate(k, score)
-        elif cfg.gate == "G4":
-            q = self._gate(q, score)
-
-        z, pattern = self._attend(q, k, v, need_pattern)
-        z = self.hook_z(z)  # (batch, pos, head, d_head)
-
-        # ── G1, the paper's gate: each head's output times its gate score ──────────────────────────────
-        if cfg.gate == "G1":
-            z = self.hook_z_gated(self._gate(z, score))
-        out = self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
-
-        # ── G5: gate the output of o_proj ───────────────────────────────────────────────────────────────
-        if cfg.gate == "G5":
-            out = self._gate(out, score)
-        return out, pattern
+        return q, k, v, gate_logits
 
     def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q_proj(x) as queries (batch, pos, head, d_head) and, in the released G1 layout, the gate logits
@@ -201,24 +165,10 @@ class Attention(nn.Module):
                            width=cfg.gate_width_per_head)
         return q, logits
 
-    def _gate_score(self, x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        """The gate score act(x W_gate [+ bias]), shaped to meet what it gates: (batch, pos, head, width) with
-        width 1 (headwise) or d_head (elementwise) and head the kv heads for G2/G3; G5 (batch, pos, d_model).
-        `logits`: the released G1 layout's logits from q_proj, else None (gate_proj computes them).
-        hook_gate_logits and hook_gate see a headwise gate as (batch, pos, head)."""
-        cfg = self.cfg
-        width = cfg.gate_width_per_head
-        if logits is None:  # every layout but the released G1 one: the gate's own projection
-            logits = self.gate_proj(x)  # (batch, pos, d_model) for G5
-            if cfg.gate != "G5":
-                logits = rearrange(logits, "batch pos (head width) -> batch pos head width", width=width)
-            if not cfg.gate_head_specific:  # one shared score, the same for every head
-                logits = logits.expand(-1, -1, self.n_gate_heads(), -1)
-        if cfg.gate_bias:
-            bias = self.gate_bias if cfg.gate == "G5" else rearrange(self.gate_bias, "(head width) -> head width",
-                                                                     width=width)
-            logits = logits + bias
-        headwise = cfg.gate_granularity == "headwise"
+    def _gate_score(self, logits: torch.Tensor) -> torch.Tensor:
+        """The gate score act(logits), same shape: (batch, pos, head, width) with width 1 (headwise) or d_head
+        (elementwise). hook_gate_logits and hook_gate see a headwise gate as (batch, pos, head)."""
+        headwise = self.cfg.gate_granularity == "headwise"
         if headwise:
             logits = rearrange(logits, "batch pos head 1 -> batch pos head")
         score = self.hook_gate(self.act(self.hook_gate_logits(logits)))
@@ -226,16 +176,17 @@ class Attention(nn.Module):
             score = rearrange(score, "batch pos head -> batch pos head 1")
         return score
 
+    # lesson 02 prints this method's source; the additive mode is GateVariantAttention's
     def _gate(self, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return y * gate if self.cfg.gate_mode == "multiplicative" else y + gate
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, need_pattern: bool):
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Causal softmax(q kᵀ/√d_head) v: q (batch, pos, head, d_head), k and v (batch, pos, kv_head, d_head)
         -> z (batch, pos, head, d_head) and the pattern (batch, head, query_pos, key_pos), or None on the fused path."""
         q = rearrange(q, "batch pos head d_head -> batch head pos d_head")
         k, v = (repeat(t, "batch pos kv_head d_head -> batch (kv_head group) pos d_head", group=self.cfg.group_size)
                 for t in (k, v))  # GQA: each kv head serves `group` query heads
-        if not (need_pattern or self.hook_attn_scores.active or self.hook_pattern.active):
+        if not (self.hook_attn_scores.active or self.hook_pattern.active):
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # fused: same numbers, no (pos x pos) matrix
             return rearrange(z, "batch head pos d_head -> batch pos head d_head"), None
         scores = einsum(q, k, "batch head query_pos d_head, batch head key_pos d_head -> batch head query_pos key_pos")
@@ -245,3 +196,68 @@ class Attention(nn.Module):
         pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
         z = einsum(pattern, v, "batch head query_pos key_pos, batch head key_pos d_head -> batch head query_pos d_head")
         return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head"), pattern
+
+
+class GateVariantAttention(Attention):
+    """The gates the paper compared with G1 (its Tables 1 and 2), for the study: `cfg.gate` says where the score
+    acts, the other gate fields how it is made:
+        G1  z:   each head's attention output, before o_proj (as Attention)
+        G2  v:   the values, one score per kv head
+        G3  k:   the rotated keys, one score per kv head
+        G4  q:   the rotated queries
+        G5  out: the output of o_proj, one score per d_model channel
+    gate_activation="silu" replaces the sigmoid, gate_mode="additive" adds the score instead of multiplying,
+    gate_head_specific=False shares one projection (one score) across heads, gate_bias adds a learnable bias to
+    the logits. Every gate but a head-specific G1 has its own projection, gate_proj. G2-G4 act on v, k, q just
+    before attention, after QK-norm and RoPE (before the norm, a headwise gate on q or k would simply be
+    normalised away). Hook names and shapes are Attention's.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        width = cfg.gate_width_per_head
+        if not cfg.gate_in_q_proj:  # the gate's own projection
+            if cfg.gate == "G5":
+                gate_rows = cfg.d_model
+            elif cfg.gate_head_specific:
+                gate_rows = cfg.n_gate_heads * width
+            else:  # head-shared: one score (per dimension) for all heads
+                gate_rows = width
+            self.gate_proj = nn.Linear(cfg.d_model, gate_rows, bias=False)
+        if cfg.gate_bias:  # a learnable bias, one per gate score (not in the paper)
+            n_scores = cfg.d_model if cfg.gate == "G5" else cfg.n_gate_heads * width
+            self.gate_bias = nn.Parameter(torch.full((n_scores,), float(cfg.gate_bias)))
+        self.act = torch.sigmoid if cfg.gate_activation == "sigmoid" else F.silu
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        cfg = self.cfg
+        q, k, v, gate_logits = self._project(x, cos, sin)
+        score = self._gate_score(self._gate_logits(x, gate_logits))
+        if cfg.gate == "G2":  # G2, G3, G4: gate the values, keys or queries just before attention
+            v = self._gate(v, score)
+        elif cfg.gate == "G3":
+            k = self._gate(k, score)
+        elif cfg.gate == "G4":
+            q = self._gate(q, score)
+        z, pattern = self._attend(q, k, v)
+        z = self.hook_z(z)
+        if cfg.gate == "G1":
+            z = self.hook_z_gated(self._gate(z, score))
+        out = self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
+        return (self._gate(out, score) if cfg.gate == "G5" else out), pattern  # G5: gate the output of o_proj
+
+    def _gate_logits(self, x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The logits x W_gate [+ bias], shaped to meet what they gate: (batch, pos, head, width), head the kv
+        heads for G2/G3; G5 (batch, pos, d_model). `logits`: a head-specific G1's rows of q_proj, else None."""
+        cfg, width = self.cfg, self.cfg.gate_width_per_head
+        if logits is None:
+            logits = self.gate_proj(x)  # (batch, pos, d_model) for G5
+            if cfg.gate != "G5":
+                logits = rearrange(logits, "batch pos (head width) -> batch pos head width", width=width)
+            if not cfg.gate_head_specific:  # one shared score, the same for every head
+                logits = logits.expand(-1, -1, cfg.n_gate_heads, -1)
+        if cfg.gate_bias:
+            bias = self.gate_bias if cfg.gate == "G5" else rearrange(self.gate_bias, "(head width) -> head width",
+                                                                     width=width)
+            logits = logits + bias
+        return logits

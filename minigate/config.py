@@ -118,6 +118,18 @@ class ModelConfig:
         return self.gate == "G1" and self.gate_head_specific
 
     @property
+    def study_gate(self) -> bool:
+        """A gate the paper studied but did not release: anything but no gate or the released G1 (head-specific
+        sigmoid gate rows inside q_proj, multiplicative, no bias). attention.GateVariantAttention computes it."""
+        released = self.gate_in_q_proj and self.gate_activation == "sigmoid" and self.gate_mode == "multiplicative"
+        return self.gate != "none" and not (released and not self.gate_bias)
+
+    @property
+    def n_gate_heads(self) -> int:
+        """How many heads the gate acts on: kv heads for G2/G3, query heads otherwise."""
+        return self.n_kv_heads if self.gate in ("G2", "G3") else self.n_heads
+
+    @property
     def gate_width_per_head(self) -> int:
         """Gate scores per head: 1 (headwise) or head_dim (elementwise)."""
         return 1 if self.gate_granularity == "headwise" else self.head_dim
@@ -130,8 +142,7 @@ class ModelConfig:
 
     def to_hf_config(self) -> dict:
         """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
-        official_gate = (self.gate_in_q_proj and self.gate_activation == "sigmoid"
-                         and self.gate_mode == "multiplicative" and not self.gate_layers and not self.gate_bias)
+        official_gate = self.gate == "G1" and not self.study_gate and not self.gate_layers
         # transformers' Qwen3ForCausalLM computes exactly a plain model; for any other it would drop or re-initialise
         # weights (the gate rows of q_proj, sandwich norms) without a word, so those declare a model_type that no
         # transformers class claims: AutoConfig/AutoModelForCausalLM refuse them with an error.

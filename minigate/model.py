@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Attention, RMSNorm, rope_cos_sin
+from .attention import Attention, GateVariantAttention, RMSNorm, rope_cos_sin
 from .config import ModelConfig
 from .hooks import HookedRootModule, HookPoint
 
@@ -53,29 +53,26 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """x + attn(norm(x)), then + mlp(norm(x)). The attention is `Attention` (no gate, or the released G1) or, for
+    the paper's other gates (cfg.study_gate), `GateVariantAttention`."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = (GateVariantAttention if cfg.study_gate else Attention)(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
-        if cfg.sandwich_norm:  # norm each sublayer's output too, before it joins the residual stream
-            self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        # sandwich_norm: norm each sublayer's output too, before it joins the residual stream
+        self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()
+        self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
         self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
-    def forward(self, x, cos, sin, need_pattern: bool = False):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        a, pattern = self.attn(self.attn_norm(x), cos, sin, need_pattern)
-        if hasattr(self, "attn_out_norm"):
-            a = self.attn_out_norm(a)
-        x = self.hook_resid_mid(x + self.hook_attn_out(a))
-        m = self.mlp(self.mlp_norm(x))
-        if hasattr(self, "mlp_out_norm"):
-            m = self.mlp_out_norm(m)
-        x = self.hook_resid_post(x + self.hook_mlp_out(m))
-        return x, pattern
+        a, _ = self.attn(self.attn_norm(x), cos, sin)  # the pattern, if any, is hook_pattern's to read
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn_out_norm(a)))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
 
 
 class Transformer(HookedRootModule):
@@ -103,21 +100,17 @@ class Transformer(HookedRootModule):
     def unembed_weight(self) -> torch.Tensor:
         return self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
 
-    def forward(self, tokens: torch.Tensor, return_patterns: bool = False):
-        """tokens (batch, pos) -> logits (batch, pos, vocab); with return_patterns also a list of
-        per-layer attention patterns (batch, head, query_pos, key_pos)."""
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (batch, pos) -> logits (batch, pos, vocab). For the attention patterns, cache hook_pattern."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, pos) token ids, got shape {tuple(tokens.shape)}")
         if not torch.compiler.is_compiling():  # a data-dependent check would break the compiled graph
             check_token_ids(tokens, self.cfg.vocab_size)
         cos, sin = rope_cos_sin(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
         x = self.hook_embed(self.embed(tokens))
-        patterns = []
         for block in self.blocks:
-            x, pattern = block(x, cos, sin, return_patterns)
-            patterns.append(pattern)
-        logits = F.linear(self.norm(x), self.unembed_weight)
-        return (logits, patterns) if return_patterns else logits
+            x = block(x, cos, sin)
+        return F.linear(self.norm(x), self.unembed_weight)
 
     def num_params(self, gate_only: bool = False) -> int:
         """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights

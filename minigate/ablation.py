@@ -48,6 +48,7 @@ import torch
 from einops import rearrange, reduce
 from tqdm.auto import tqdm
 
+from .data.batches import with_bos
 from .gates import check_layer, gated_layers
 from .stats import bootstrap_ci
 from .train import eval_mode, token_cross_entropy
@@ -74,8 +75,7 @@ def chunks(tokens: torch.Tensor, n_chunks: int = 50, chunk_len: int = 512, bos_i
                          f"use n_chunks <= {tokens.numel() // chunk_len} or a shorter chunk_len")
     if model is not None:
         _check_context(model, chunk_len)
-    windows = rearrange(tokens[: n_chunks * chunk_len], "(n l) -> n l", n=n_chunks)
-    return torch.cat([torch.full((n_chunks, 1), bos_id, dtype=windows.dtype), windows], dim=1)
+    return with_bos(rearrange(tokens[: n_chunks * chunk_len], "(n l) -> n l", n=n_chunks), bos_id)
 
 
 def _check_context(model, chunk_len: int):

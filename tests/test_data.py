@@ -37,7 +37,7 @@ def test_wikitext_held_out_split_shares_no_article_with_training(capsys):
     titles = lambda docs: [d.splitlines()[0] for d in docs]
     assert len(set(titles(train) + titles(val))) == 62  # every article in exactly one part
     assert not set(titles(train)) & set(titles(val))
-    assert all(data._HEADING.fullmatch(t.strip()) for t in titles(train + val))
+    assert all(data.corpora._HEADING.fullmatch(t.strip()) for t in titles(train + val))
     # no validation paragraph appears in the training text
     train_lines = {line for d in train for line in d.splitlines()[1:] if len(line) > 80}
     assert not any(line in train_lines for d in val for line in d.splitlines()[1:] if len(line) > 80)
@@ -140,7 +140,7 @@ def test_unreachable_hub_fails_without_retrying(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGATE_DATA_DIR", str(tmp_path))
     for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.setattr(data, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(data.corpora, "_hub_reachable", lambda timeout=3.0: False)
     with pytest.raises(data.DataUnavailableError, match="unreachable.*MINIGATE_DATA_DIR"):
         data.load_text("wikitext-2", "validation")
     with pytest.raises(ValueError, match="unknown corpus"):

@@ -20,11 +20,11 @@ def test_python_code_is_deterministic_capped_and_split_by_file():
     assert sum(p.stat().st_size for p in files) <= SMALL
     skipped = {"test", "tests", "testing", "__pycache__"}
     assert not any(skipped & set(p.parts) for p in files) and all(p.suffix == ".py" for p in files)
-    roots = data._code_roots()
+    roots = data.python_files.CODE.roots()
     assert any("site-packages" in str(r) for r in roots) and any("site-packages" not in str(r) for r in roots)
     train, val = data.train_val_split(files)
     assert not set(train) & set(val) and len(val) == len(files) // 10
-    labels = [lab for _, lab, _ in data._all_code_files()]
+    labels = [lab for _, lab, _ in data.python_files.CODE.all_files()]
     assert labels[:50] == sorted(labels[:50], key=lambda s: __import__("hashlib").sha1(s.encode()).hexdigest())
     info = data.python_code_info(SMALL)
     assert info["files"] == len(files) and info["bytes"] <= SMALL and len(info["sha256"]) == 64

@@ -1,0 +1,30 @@
+"""Data, one module per concern; every name is importable from `minigate.data` too.
+
+    corpora.py       text corpora (WikiText, TinyStories from the Hub or a local copy; the Python corpora):
+                     load_documents(name) -> (train documents, validation documents)
+    python_files.py  the Python-files corpora python-stdlib and python-code: one rule, two settings
+    tokenizer.py     the byte-level BPE tokenizer, encode, and the on-disk token cache (encode_corpus)
+    batches.py       batches that start with <bos>: sample_batch (training), eval_batches (evaluation)
+    tasks.py         the synthetic copy and induction tasks, and their CopyTokenizer
+    prompts.py       the course's prompt sets by input type
+
+    python -m minigate.data build-tokenizer     # retrain data/tokenizer.json
+"""
+
+from .batches import check_length, eval_batches, sample_batch, with_bos
+from .corpora import (HUB, LOCAL, LOCAL_SPLIT, DataUnavailableError, articles, code_documents, load_documents,
+                      load_text, stdlib_documents, train_val_split)
+from .prompts import PROMPT_DIR, PROMPT_TYPES, load_prompts
+from .python_files import (CODE_MAX_BYTES, STDLIB_MAX_BYTES, code_files, code_max_bytes, python_code_info,
+                           stdlib_files, stdlib_info)
+from .tasks import INDUCTION_FIRST, TASKS, CopyTokenizer, copy_task, induction_task, task_rows
+from .tokenizer import (BOS, DEFAULT_TOKENIZER, TextTokenizer, build_tokenizer, encode, encode_cached, encode_corpus,
+                        get_tokenizer, load_tokenizer, train_tokenizer)
+
+__all__ = ["BOS", "CODE_MAX_BYTES", "DEFAULT_TOKENIZER", "HUB", "INDUCTION_FIRST", "LOCAL", "LOCAL_SPLIT", "PROMPT_DIR",
+           "PROMPT_TYPES", "STDLIB_MAX_BYTES", "TASKS", "CopyTokenizer", "DataUnavailableError", "TextTokenizer",
+           "articles", "build_tokenizer", "check_length", "code_documents", "code_files", "code_max_bytes", "copy_task",
+           "encode", "encode_cached", "encode_corpus", "eval_batches", "get_tokenizer", "induction_task",
+           "load_documents", "load_prompts", "load_text", "load_tokenizer", "python_code_info", "sample_batch",
+           "stdlib_documents", "stdlib_files", "stdlib_info", "task_rows", "train_tokenizer", "train_val_split",
+           "with_bos"]

@@ -12,151 +12,39 @@ of tokenizer.json and run.json so the folder is self-contained.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
-PRESET_NAMES = ("ci", "code", "copy", "induction", "text")  # as train.PRESETS (checked in the tests)
+from .presets import PRESETS
 
-
-TASK_ROWS = (40_000, 512)  # rows of a synthetic task (data.TASKS) for training and validation (seeds 1 and 2)
-
-
-def _tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int = 130):
-    from . import data
-
-    if corpus in data.TASKS:  # rows instead of a token stream, no tokenizer
-        return (None, data.task_rows(corpus, TASK_ROWS[0], seq_len, vocab_size, seed=1),
-                data.task_rows(corpus, TASK_ROWS[1], seq_len, vocab_size, seed=2))
-    tok = data.load_tokenizer(tokenizer_path)
-    return (tok, *data.encode_corpus(corpus, tok))
-
-
-def _configs(args, run: dict | None):
-    """The ModelConfig and TrainConfig of this run: the preset (or, with --resume, what run.json recorded),
-    then every --set applied at once (their order does not matter), then --steps/--device/--precision.
-    Raises ValueError naming the flag before anything is written."""
-    from .config import ModelConfig
-    from .train import GATES, PRESETS, TrainConfig
-
-    preset = PRESETS[args.preset]
-    model_kw = dict(run["model"]) if run else dict(preset.model, **GATES[args.gate])
-    train_kw = dict(run["train"]) if run else dataclasses.asdict(preset.train)
-    overrides = dict(_parse_set(s) for s in args.set or [])
-    model_fields, train_fields = ModelConfig().to_dict(), dataclasses.asdict(TrainConfig())
-    for name, value in overrides.items():  # --set FIELD=VALUE: a ModelConfig or TrainConfig field
-        if name in model_fields:
-            model_kw[name] = _coerce(model_fields[name], value, name)
-        elif name in train_fields:
-            train_kw[name] = _coerce(train_fields[name], value, name)
-        else:
-            raise ValueError(f"--set {name}=...: no such ModelConfig or TrainConfig field; ModelConfig has "
-                             f"{sorted(model_fields)}, TrainConfig has {sorted(train_fields)}")
-    if args.steps is not None:  # a shorter run keeps its warmup within the first 10% of the steps
-        train_kw.update(steps=args.steps, warmup_steps=min(train_kw["warmup_steps"], args.steps // 10))
-    train_kw.update({k: v for k, v in (("device", args.device), ("precision", args.precision)) if v})
-    try:
-        model_cfg, cfg = ModelConfig.from_dict(model_kw), TrainConfig(**train_kw)
-    except ValueError as e:
-        field = str(e).split("=", 1)[0].split(".")[-1]
-        flag = f"--set {field}={overrides[field]}: " if field in overrides else ""
-        raise ValueError(f"{flag}{e}") from None
-    if cfg.seq_len > model_cfg.max_seq_len:
-        raise ValueError(f"seq_len={cfg.seq_len} is longer than max_seq_len={model_cfg.max_seq_len}; raise "
-                         f"max_seq_len too (--set max_seq_len={cfg.seq_len}) or lower seq_len")
-    return model_cfg, cfg, overrides
+PRESET_NAMES = tuple(sorted(PRESETS))  # the --preset choices
 
 
 def cmd_train(args) -> int:
-    """Every check comes before anything is written: flags and configs, the device, the output folder,
-    the lock, the checkpoint's settings. run.json is written only when the run starts or resumes."""
-    import torch
+    """Parse, call, print: run.plan_run does every check before anything is written, run.execute the run."""
+    from .run import CouldNotWrite, execute, plan_run
+    from .train import Interrupted, TrainingDiverged
 
-    from . import Transformer, data
-    from .analysis import sink_tracker
-    from .pretrained import atomic_write, save_tokenizer
-    from .runfolder import RunLock, check_writable
-    from .train import (PRESETS, Interrupted, TrainingDiverged, config_diff, load_checkpoint, pick_device,
-                        pick_precision, train)
-
-    preset, out = PRESETS[args.preset], Path(args.out)
-    run_file, ckpt_file = out / "run.json", out / "checkpoint.pt"
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; choose a folder for the run")
-    run = None
-    if args.resume and run_file.exists():  # continue with exactly the settings the run started with
-        try:
-            run = json.loads(run_file.read_text())
-            recorded = (run["preset"], run["gate"])
-        except (ValueError, KeyError) as e:
-            raise ValueError(f"{run_file} is not a run.json written by minigate ({e}); it was left as it is") from None
-        if recorded != (args.preset, args.gate):
-            raise ValueError(f"{out} holds a run of --preset {run['preset']} --gate {run['gate']}, "
-                             f"not --preset {args.preset} --gate {args.gate}; resume it with those flags")
-    model_cfg, cfg, overrides = _configs(args, run)
-    device = pick_device(cfg.device)  # fails now if the device is not there
-    pick_precision(cfg.precision, device)
-    tokenizer = Path(args.tokenizer) if args.tokenizer else data.DEFAULT_TOKENIZER
-    tok = None
-    if preset.corpus not in data.TASKS:
-        tok = data.load_tokenizer(tokenizer)
-        if tok.token_to_id(data.BOS) is None and "bos_id" not in overrides:
-            raise ValueError(f"--tokenizer {tokenizer} has no {data.BOS} token; add one to it, or name the id "
-                             "that starts every sequence with --set bos_id=ID")
-        if tok.get_vocab_size() > model_cfg.vocab_size:
-            raise ValueError(f"--tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model's vocab_size "
-                             f"is {model_cfg.vocab_size}; add --set vocab_size={tok.get_vocab_size()}")
-    check_writable(out)
-    with RunLock(out):
-        if ckpt_file.exists():
-            if not args.resume:
-                raise ValueError(f"{out} already has a checkpoint; add --resume to continue it, "
-                                 "or pick another --out")
-            diff = config_diff(load_checkpoint(ckpt_file), model_cfg)  # damaged: CheckpointError, nothing touched
-            if diff:
-                raise ValueError(f"{ckpt_file} was trained with another model config, {{field: (checkpoint, "
-                                 f"requested)}} = {diff}; resume without those --set flags (nothing was changed)")
-        _, train_ids, val_ids = _tokens(preset.corpus, tokenizer, cfg.seq_len, model_cfg.vocab_size)
-        torch.manual_seed(cfg.seed)  # the model's initial weights
-        model = Transformer(model_cfg)
-        info = dict(preset=args.preset, gate=args.gate, gate_config=model_cfg.describe_gate(), corpus=preset.corpus,
-                    tokenizer=None if tok is None else str(tokenizer),
-                    train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
-        if "python-stdlib" in preset.corpus:
-            info["python_stdlib"] = data.stdlib_info()
-        if "python-code" in preset.corpus:
-            info["python_code"] = data.python_code_info()
-        run = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
-        atomic_write(run_file, lambda f: f.write(json.dumps(run, indent=2).encode()))  # --resume reads it back
-        print(f"{args.preset} / {model_cfg.describe_gate()}: {model.num_params() / 1e6:.2f}M parameters, "
-              f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
-              f"{cfg.steps} steps -> {out}", flush=True)
-        resume_cmd = f"minigate train --preset {args.preset} --gate {args.gate} --out {out} --resume"
-        try:
-            n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
-            probe_ids = _tokens(preset.probe, tokenizer)[2] if preset.probe else val_ids
-            probe = data.eval_batches(probe_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)
-            history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=args.resume, info=info,
-                            progress=not args.quiet, callback=sink_tracker(next(iter(probe))[0]))
-        except Interrupted as e:
-            print(f"stopped ({signal_name(e.signum)}); continue with: {resume_cmd}", flush=True)
-            return 128 + e.signum  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
-        except TrainingDiverged as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        except OSError as e:  # e.g. the disk filled up: the last checkpoint is intact (atomic writes)
-            print(f"error: could not write to {out} ({e.strerror or e}); the last checkpoint there is intact: "
-                  f"free space or fix the folder, then {resume_cmd}", file=sys.stderr)
-            return 1
-        if tok is not None:
-            save_tokenizer(tokenizer, out / "model")  # tokenizer.json + tokenizer_config.json (for AutoTokenizer)
-        shutil.copyfile(run_file, out / "model" / "run.json")
+    sets = dict(_parse_set(s) for s in args.set or [])
+    run = plan_run(args.preset, args.gate, args.out, args.resume, sets, args.steps, args.device, args.precision,
+                   args.tokenizer)
+    try:
+        history = execute(run, progress=not args.quiet, announce=lambda line: print(line, flush=True))
+    except Interrupted as e:
+        print(f"stopped ({signal_name(e.signum)}); continue with: {run.resume_command}", flush=True)
+        return 128 + e.signum  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except CouldNotWrite as e:
+        print(f"error: could not write to {run.out} ({e.error.strerror or e.error}); the last checkpoint there is "
+              f"intact: free space or fix the folder, then {run.resume_command}", file=sys.stderr)
+        return 1
     val = history.val_loss[-1]
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
-          f"spikes. Open with minigate.from_pretrained({str(out / 'model')!r})")
+          f"spikes. Open with minigate.from_pretrained({str(run.out / 'model')!r})")
     return 0
 
 
@@ -171,25 +59,11 @@ def _parse_set(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def _coerce(default, value: str, name: str):
-    """Turn the text of --set into the type of the field's current value."""
-    if isinstance(default, bool):
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"--set {name}={value}: expected true or false")
-        return value.lower() in ("true", "1")
-    if isinstance(default, tuple):
-        return tuple(float(v) for v in value.split(","))
-    try:
-        return type(default)(value)
-    except ValueError:
-        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
-        raise ValueError(f"--set {name}={value}: expected {kind}") from None
-
-
 def cmd_eval(args) -> int:
     import torch
 
     from . import data, from_pretrained
+    from .run import load_tokens
     from .train import evaluate
 
     folder = Path(args.dir)
@@ -208,7 +82,7 @@ def cmd_eval(args) -> int:
         raise ValueError(f"--seq-len {seq_len} is longer than the model's max_seq_len={model.cfg.max_seq_len}, the "
                          "context it was trained for; add --beyond-max-seq-len to measure extrapolation on purpose")
     if corpus in data.TASKS:
-        val_ids = _tokens(corpus, None, seq_len, model.cfg.vocab_size)[2]
+        val_ids = load_tokens(corpus, None, seq_len, model.cfg.vocab_size)[2]
     else:
         tok = data.load_tokenizer(tokenizer)
         if tok.get_vocab_size() > model.cfg.vocab_size:
@@ -283,7 +157,7 @@ def main(argv=None) -> int:
 
     try:
         return cmd_train(args) if args.cmd == "train" else cmd_eval(args)
-    except (DataUnavailableError, FileNotFoundError, ValueError, RunFolderInUse) as e:
+    except (DataUnavailableError, FileNotFoundError, FileExistsError, ValueError, RunFolderInUse) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before training started: nothing to save

@@ -24,6 +24,14 @@ MINIGATE_NOTE = ("a minigate model that no transformers class computes: load it 
                  "an elementwise G1 model exports to Qwen3NextForCausalLM with minigate.export_qwen3_next")
 
 
+class ConfigError(ValueError):
+    """A config field holds a value it cannot take; `.field` names the field (the message starts with it)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 def is_int(x) -> bool:
     """A whole number, not a bool (True is an int in Python, never a layer count)."""
     return isinstance(x, int) and not isinstance(x, bool)
@@ -62,7 +70,7 @@ class ModelConfig:
     def __post_init__(self):
         def check(ok: bool, field: str, msg: str):
             if not ok:
-                raise ValueError(f"ModelConfig.{field}={getattr(self, field)!r}: {msg}")
+                raise ConfigError(f"ModelConfig.{field}={getattr(self, field)!r}: {msg}", field)
 
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
             check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")

@@ -8,6 +8,10 @@ from torch import nn
 
 from minigate import ModelConfig, Transformer
 from minigate.course import checks
+from minigate.course.checks.lesson01 import _attention
+from minigate.course.checks.lesson02 import _gate_params, _split
+from minigate.course.checks.lesson03 import _schedule
+from minigate.course.checks.lesson04 import _f_attn_m_act
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
 from minigate.train import lr_at
@@ -25,7 +29,7 @@ REFERENCES = {
 
 def _mistakes():
     """(check, wrong function, expected hint fragment) for every typical mistake of every check."""
-    a, s, f = checks._attention, checks._schedule, checks._f_attn_m_act
+    a, s, f = _attention, _schedule, _f_attn_m_act
     return [
         (checks.causal_attention, lambda q, k, v: a(q, k, v, softmax_dim=-2), "softmax over the wrong axis"),
         (checks.causal_attention, lambda q, k, v: a(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
@@ -39,11 +43,11 @@ def _mistakes():
         (checks.g1_gate, lambda z, g: z * torch.sigmoid(-(g[..., None] if g.dim() == 3 else g)), "sign flipped"),
         (checks.gated_output, lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
         (checks.gated_output, lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
-        (checks.gate_param_count, lambda c: checks._gate_params(c, layers=False), "one layer only"),
-        (checks.gate_param_count, lambda c: checks._gate_params(c, heads="kv"), "not per kv head"),
-        (checks.gate_param_count, lambda c: checks._gate_params(c, width="head_dim"), "one row per head"),
-        (checks.split_q_proj, lambda *x: checks._split(*x, layout="per head"), "not per query head"),
-        (checks.split_q_proj, lambda *x: checks._split(*x, layout="all queries first"), "not all at the end"),
+        (checks.gate_param_count, lambda c: _gate_params(c, layers=False), "one layer only"),
+        (checks.gate_param_count, lambda c: _gate_params(c, heads="kv"), "not per kv head"),
+        (checks.gate_param_count, lambda c: _gate_params(c, width="head_dim"), "one row per head"),
+        (checks.split_q_proj, lambda *x: _split(*x, layout="per head"), "not per query head"),
+        (checks.split_q_proj, lambda *x: _split(*x, layout="all queries first"), "not all at the end"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=-1), "the first step is not 0"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=1), "(not (s + 1))"),
         (checks.lr_schedule, lambda st, c: s(st, c, floor="none"), "no min_lr floor"),

@@ -108,7 +108,7 @@ def test_header_cells_come_from_one_constant(dirs, monkeypatch):
         assert cells[0].source == course.badge(f"{folder.name}/01_demo.ipynb") and cells[1].source == course.SETUP
         assert f"github/{course.REPOSITORY}/blob/{course.REF}/{folder.name}/01_demo.ipynb" in cells[0].source
     assert course.build(sol, les) == []
-    monkeypatch.setattr(course, "REPOSITORY", "someone/fork")  # a fork changes one line
+    monkeypatch.setattr(course.header, "REPOSITORY", "someone/fork")  # a fork changes one line
     assert course.build(sol, les, check=True) == ["solutions/01_demo.ipynb", "01_demo.ipynb"]
     compile(course.SETUP, "setup", "exec")
 

@@ -1,4 +1,4 @@
-"""python -m minigate.course build [--check] | grade NOTEBOOK...: see minigate/course/__init__.py."""
+"""python -m minigate.course build [--check] | grade NOTEBOOK... | nbgrader DIR: see minigate/course/__init__.py."""
 
 import sys
 

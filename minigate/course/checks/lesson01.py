@@ -11,6 +11,8 @@ from einops import einsum, repeat
 
 from .engine import check, randn
 
+EXERCISES = ("causal_attention", "attention_with_null")  # its check cells, in the lesson's order
+
 # ── causal multi-head attention with GQA ─────────────────────────────────────────────────────────────
 
 

@@ -10,6 +10,8 @@ from einops import rearrange
 
 from .engine import check, randn
 
+EXERCISES = ("g1_gate", "gated_output", "gate_param_count", "split_q_proj")  # its check cells, in the lesson's order
+
 # ── the G1 gate and the gated output projection ──────────────────────────────────────────────────────
 
 

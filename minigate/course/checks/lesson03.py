@@ -9,6 +9,8 @@ import torch
 
 from .engine import NONE_HINT, Mismatch, check, randn, what
 
+EXERCISES = ("lr_schedule", "next_token_loss")  # its check cells, in the lesson's order
+
 # ── warmup + cosine learning-rate schedule ───────────────────────────────────────────────────────────
 
 

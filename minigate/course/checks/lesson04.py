@@ -8,6 +8,8 @@ import torch
 
 from .engine import check, randn
 
+EXERCISES = ("f_attn_m_act", "bos_share_by_part")  # its check cells, in the lesson's order
+
 # ── F-Attn and M-Act from a cache ─────────────────────────────────────────────────────────
 
 def reference_f_attn_m_act(cache, n_layers):

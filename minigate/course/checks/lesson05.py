@@ -8,6 +8,9 @@ import torch
 
 from .engine import check
 
+EXERCISES = ("read_gates", "first_rest_ratio")  # its check cells, in the lesson's order
+
+
 def reference_read_gates(model, tokens, average_dims=False):
     """The G1 gate scores of every layer: tokens (batch, pos) -> (batch, pos, layer, head) for a headwise model,
     (batch, pos, layer, head, d_head) for an elementwise one, or with average_dims=True (batch, pos, layer, head)

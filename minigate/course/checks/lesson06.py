@@ -11,6 +11,9 @@ import torch
 from .engine import NONE_HINT, Mismatch, check, what
 from .lesson05 import _gated_model
 
+EXERCISES = ("gate_override", "rank_layers")  # its check cells, in the lesson's order
+
+
 def reference_gate_override(model, layer, value, head=None):
     """fwd_hooks [(hook name, fn)] that set the gate scores of layer `layer` (of its head `head` only, if given)
     to `value`: the overrides of minigate.ablation.force_layer and close_head."""

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from ...ablation import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
 from .engine import check
 
+EXERCISES = ("param_count", "t4_minutes")  # its check cells, in the lesson's order
+
 
 def reference_param_count(cfg):
     """Parameters of a model in the released checkpoints' format (Qwen3 blocks, no gate or a G1 gate inside

@@ -9,6 +9,8 @@ from einops import rearrange
 
 from .engine import NONE_HINT, Mismatch, check, randn, what
 
+EXERCISES = ("loss_spikes", "qwen3_next_q_proj")  # its check cells, in the lesson's order
+
 # ── loss spikes ──────────────────────────────────────────────────────────────────────────────────────
 
 def reference_loss_spikes(losses, factor, window):

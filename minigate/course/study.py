@@ -1,0 +1,28 @@
+"""A lesson's study time, as its header and the README state it (CONTRIBUTING.md, "Lesson conventions")."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+
+from .build import ANSWERS, STUB, stub_source
+
+
+def study_minutes(nb: nbformat.NotebookNode) -> int:
+    """A lesson's study time in minutes: prose at 120 words a minute, code at 6 lines a minute, 10 minutes per
+    exercise and 5 for the self-check, rounded to 5. Counted on the lesson (stubs, not answers), without the header
+    line, the set-up cell, the deep dive and the self-check."""
+    words = lines = exercises = 0
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "markdown":
+            if "badge" not in tags and ANSWERS not in tags and not cell.source.startswith(("## Check yourself",
+                                                                                         "## Deep dive")):
+                words += len(re.findall(r"\w+", re.sub(r"\*\*Study time:\*\*.*", "", cell.source, flags=re.S)))
+        elif "setup" not in tags:
+            source, n = stub_source(cell.source)
+            lines += len(source.splitlines())
+            exercises += n + source.count(STUB[1]) * (n == 0)
+    minutes = words / 120 + lines / 6 + 10 * exercises + 5
+    return 5 * round(minutes / 5)

@@ -95,8 +95,7 @@ _COPY_TRAIN = TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup
 PRESETS: dict[str, Preset] = {
     # ~0.37M parameters; 300 steps x 2k tokens; about a minute on 2 CPU cores (data loading included)
     "ci": Preset(
-        about="tests and CI: 2 CPU cores, about a minute per model",
-        corpus="wikitext-2",
+        about="tests and CI: 2 CPU cores, about a minute per model", corpus="wikitext-2",
         model=dict(vocab_size=4096, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=192,
                    max_seq_len=128),
         train=TrainConfig(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=30, eval_every=100,

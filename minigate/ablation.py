@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from .data.batches import with_bos
 from .gates import check_layer, gated_layers
+from .hooks import get_act_name
 from .stats import bootstrap_ci
 from .train import eval_mode, token_cross_entropy
 
@@ -126,8 +127,7 @@ def _result(chunk_losses: torch.Tensor, chunk_len: int, ci: bool, n_boot: int) -
 
 def _losses(model, rows: torch.Tensor) -> torch.Tensor:
     """rows (batch, chunk_len + 1) -> (batch,) mean next-token loss of each row, float64."""
-    device = next(model.parameters()).device
-    x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
+    x, y = rows[:, :-1].to(model.device), rows[:, 1:].to(model.device)
     loss = token_cross_entropy(model(x), y, reduction="none")  # (batch, chunk_len)
     return reduce(loss, "b t -> b", "mean").double().cpu()
 
@@ -193,7 +193,7 @@ class Edit:
 
 
 def _gate_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_gate"
+    return get_act_name("gate", layer)
 
 
 def _gated_layers(model, layers=None) -> list[int]:
@@ -308,7 +308,7 @@ def matched_scale(model, chunks: torch.Tensor, layer: int, value: float = 1.0, b
     """The factor by which forcing `layer`'s gates to `value` changes the RMS of that layer's attention
     output, measured on the chunks: scale_output(model, layer, matched_scale(...)) changes the output's
     size as much as the gate override does, but keeps the gate's input dependence."""
-    name = f"blocks.{check_layer(model, layer)}.hook_attn_out"
+    name = get_act_name("attn_out", check_layer(model, layer))
     learned = measure(model, chunks, [name], batch_size=batch_size)[name].rms
     forced = measure(model, chunks, [name], force_layer(model, layer, value), batch_size)[name].rms
     return forced / learned

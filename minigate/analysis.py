@@ -86,12 +86,10 @@ def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkSta
     offset = 0
 
     def record(pattern, hook):  # pattern (batch, head, query, key): keep only what we need
-        layer = int(hook.name.split(".")[1])
-        per_prompt[offset:offset + pattern.shape[0], layer] = pattern[..., 0].double().mean(-1).cpu()
+        per_prompt[offset:offset + pattern.shape[0], hook.layer] = pattern[..., 0].double().mean(-1).cpu()
 
-    device = next(model.parameters()).device
     for batch in batches:
-        model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_pattern"), record)])
+        model.run_with_hooks(batch.to(model.device), fwd_hooks=[(lambda name: name.endswith("hook_pattern"), record)])
         offset += batch.shape[0]
     return SinkStats(share=per_prompt.mean(0).float(), per_prompt=per_prompt.float())
 
@@ -120,7 +118,7 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
     offset = 0
 
     def record(resid, hook):  # resid (batch, pos, d_model)
-        layer = int(hook.name.split(".")[1])
+        layer = hook.layer
         a = resid.abs().float()
         value, flat = a.flatten().max(0)
         if value.item() > best[layer]:
@@ -128,9 +126,9 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
             b, p, d = torch.unravel_index(flat, a.shape)
             where[layer] = torch.tensor([offset + b.item(), p.item(), d.item()])
 
-    device = next(model.parameters()).device
     for batch in _batches(tokens, batch_size):
-        model.run_with_hooks(batch.to(device), fwd_hooks=[(lambda name: name.endswith("hook_resid_post"), record)])
+        model.run_with_hooks(batch.to(model.device),
+                             fwd_hooks=[(lambda name: name.endswith("hook_resid_post"), record)])
         offset += batch.shape[0]
     return ActivationStats(max_abs=best, where=where)
 

@@ -40,6 +40,7 @@ import torch
 from einops import rearrange
 
 from .data import TextTokenizer
+from .hooks import get_act_name
 from .stats import CI, bootstrap_ci, quantile
 
 CLOSED, OPEN = 0.1, 0.9  # a gate value below CLOSED is closed, above OPEN is open
@@ -282,7 +283,7 @@ def gate_scores(model, tokens_or_prompts, tokenizer=None, layers: list[int] | No
                          f"is {model.cfg.gate}; load a G1 model (gate='G1')")
     layers = gated_layers(model, layers)
     prompts = _as_prompts(tokens_or_prompts, tokenizer, model.cfg.vocab_size)
-    names = [f"blocks.{i}.attn.hook_gate" for i in layers]
+    names = [get_act_name("gate", i) for i in layers]
     seen: dict[str, torch.Tensor] = {}
 
     def record(gate, hook):  # gate (batch, pos, head[, d_head])
@@ -292,12 +293,11 @@ def gate_scores(model, tokens_or_prompts, tokenizer=None, layers: list[int] | No
     for i, p in enumerate(prompts):
         by_length[len(p)].append(i)
     out: list[torch.Tensor | None] = [None] * len(prompts)
-    device = next(model.parameters()).device
     with model.hooks([(lambda name: name in names, record)]):
         for idx in by_length.values():
             for start in range(0, len(idx), batch_size):
                 chunk = idx[start:start + batch_size]
-                model(torch.stack([prompts[i] for i in chunk]).to(device))
+                model(torch.stack([prompts[i] for i in chunk]).to(model.device))
                 gates = torch.stack([seen[n] for n in names], dim=2)  # (batch, pos, layer, head[, d_head])
                 for row, i in enumerate(chunk):
                     out[i] = gates[row]

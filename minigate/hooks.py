@@ -50,6 +50,7 @@ class HookPoint(nn.Module):
     def __init__(self):
         super().__init__()
         self.name: str = ""
+        self.layer: int | None = None  # the block it sits in (blocks.{layer}...), None outside the blocks
         self._handles: list = []
 
     def add_hook(self, fn: HookFn):
@@ -172,8 +173,9 @@ class HookedRootModule(nn.Module):
         for name, module in self.named_modules():
             if isinstance(module, HookPoint):
                 module.name = name
+                module.layer = int(name.split(".")[1]) if name.startswith("blocks.") else None
                 self.hook_dict[name] = module
-        self.n_hooked_layers = 1 + max((int(n.split(".")[1]) for n in self.hook_dict if n.startswith("blocks.")),
+        self.n_hooked_layers = 1 + max((hp.layer for hp in self.hook_dict.values() if hp.layer is not None),
                                        default=-1)
 
     def _resolve(self, name_or_filter) -> list[HookPoint]:

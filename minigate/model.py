@@ -97,6 +97,11 @@ class Transformer(HookedRootModule):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     @property
+    def device(self) -> torch.device:
+        """Where the weights are: inputs go there."""
+        return self.embed.weight.device
+
+    @property
     def unembed_weight(self) -> torch.Tensor:
         return self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
 

@@ -192,7 +192,7 @@ def eval_mode(model):
 def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bos_id: int = 0,
              max_batches: int | None = None, amp_dtype: torch.dtype | None = None) -> float:
     """Mean next-token loss over fixed, non-overlapping windows of `tokens` (see data.eval_batches)."""
-    device = next(model.parameters()).device
+    device = model.device
     total, count = 0.0, 0
     with eval_mode(model):
         for x, y in eval_batches(tokens, batch_size, seq_len, bos_id, max_batches or None):

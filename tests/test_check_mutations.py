@@ -29,6 +29,7 @@ REFERENCES["lr_schedule"] = lr_at
 @pytest.fixture(autouse=True)
 def _default_mode(monkeypatch):
     monkeypatch.delenv(checks.GRADING_ENV, raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     checks.grading(None)
     yield
     checks.grading(None)
@@ -323,6 +324,15 @@ def test_grading_switch(monkeypatch):
     assert checks.grading(False) is False and checks.grading() is False  # overrides the environment
     assert checks.grading(None) is True
     monkeypatch.setenv(checks.GRADING_ENV, "0")
+    assert checks.grading() is False
+
+
+@pytest.mark.parametrize("run", ["autograde", "validate"])
+def test_grading_is_on_by_default_under_nbgrader(run, monkeypatch):
+    """nbgrader sets NBGRADER_EXECUTION in the notebooks it runs: no setting makes a blank lesson pass there."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", run)
+    assert checks.grading() is True
+    monkeypatch.setenv(checks.GRADING_ENV, "0")  # an explicit MINIGATE_GRADING still decides
     assert checks.grading() is False
 
 

@@ -9,8 +9,12 @@ case, its inputs' shapes and the exception's last line. Then:
     passed                     -> prints `✓ <exercise>: passed (N cases)`, returns the learner's function
     wrong or raised            -> prints `✗ ...` with the hint and raises AssertionError
     raises NotImplementedError -> prints a one-line notice and returns the reference, so the rest of the lesson
-                                  runs (how the untouched lessons pass nbval); in grading mode (the environment
-                                  variable MINIGATE_GRADING=1, or grading(True)) it fails instead: not attempted
+                                  runs (how the untouched lessons pass nbval); in grading mode it fails instead:
+                                  not attempted
+
+Grading mode is on with MINIGATE_GRADING=1 in the environment, or grading(True); with MINIGATE_GRADING unset, also
+under nbgrader's autograde and validate (nbgrader sets NBGRADER_EXECUTION for the notebooks it runs), so an
+nbgrader course needs no setting.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch
 PASSED_RE = re.compile(r"^✓ (\S+): passed \(\d+ cases?\)$", re.M)
 NOT_ATTEMPTED_RE = re.compile(r"✗ (\S+): not attempted")
 GRADING_ENV = "MINIGATE_GRADING"
+NBGRADER_ENV = "NBGRADER_EXECUTION"  # "autograde" or "validate" while nbgrader runs a notebook
 NONE_HINT = "your function returned None: did you forget `return`?"
 
 Case = tuple[str, tuple]  # (label shown in messages, positional arguments)
@@ -42,14 +47,16 @@ _grading: bool | None = None  # None: follow the environment variable
 
 def grading(on: bool | None | str = "query") -> bool:
     """Grading mode: a stub that raises NotImplementedError fails its check instead of falling back.
-    grading(True) / grading(False) switch it for this process, grading(None) follows MINIGATE_GRADING again,
-    grading() only reports whether it is on."""
+    grading(True) / grading(False) switch it for this process, grading(None) follows the environment again
+    (MINIGATE_GRADING when set, else whether nbgrader runs the notebook), grading() only reports whether it is on."""
     global _grading
     if on != "query":
         _grading = None if on is None else bool(on)
     if _grading is not None:
         return _grading
-    return os.environ.get(GRADING_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    if os.environ.get(GRADING_ENV, "").strip():
+        return os.environ[GRADING_ENV].strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get(NBGRADER_ENV, "") in ("autograde", "validate")
 
 
 def not_implemented_notice(name: str) -> str:

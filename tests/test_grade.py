@@ -5,6 +5,7 @@ import csv
 import json
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from minigate import course
@@ -139,3 +140,46 @@ def test_the_build_writes_nbgrader_metadata_into_solutions_and_lessons(tmp_path)
         assert cells[0].metadata["nbgrader"]["solution"] and cells[0].metadata["nbgrader"]["grade_id"] == "double"
         assert cells[1].metadata["nbgrader"]["grade"] and cells[1].metadata["nbgrader"]["points"] == 1
     assert course.build(sol, les, check=True) == []  # idempotent
+
+
+def test_a_check_cell_deleted_from_a_notebook_graded_alone_fails(tmp_path, capsys):
+    """The expected exercises come from the notebook's lesson, not only from the other notebooks graded with it."""
+    solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
+    imports = next(c for c in solution.cells if "from minigate.course import checks" in c.source)
+    check = next(i for i, n in grade.check_cells(solution) if n == "param_count")
+    exercise = next(c for c in solution.cells[:check][::-1] if "def param_count(" in c.source)
+    nb = new_notebook(cells=[new_code_cell(imports.source), new_code_cell(exercise.source, metadata=exercise.metadata)],
+                      metadata=solution.metadata)  # param_count's check cell deleted, t4_minutes never started
+    (tmp_path / "submitted" / "alice" / "lesson07").mkdir(parents=True)
+    path = tmp_path / "submitted" / "alice" / "lesson07" / "Copy of 07_paper_1b_models.ipynb"
+    nbformat.write(nb, path)
+    assert grade.main([str(path), "--timeout", "120"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["exercise", "Copy", "of", "07_paper_1b_models.ipynb"]
+    assert out[1].split() == ["param_count", "failed"] and out[2].split() == ["t4_minutes", "failed"]
+    results = grade.grade_notebook(path, timeout=120)
+    assert "no check cell `param_count = checks.param_count(param_count)`" in results["param_count"][1]
+
+
+@pytest.mark.parametrize("path, exercises, lesson", [
+    ("04_sinks_and_massive_activations.ipynb", [], "04"),
+    ("Copy of 04_sinks_and_massive_activations.ipynb", [], "04"),
+    ("submitted/alice/lesson03/anything.ipynb", [], "03"),
+    ("alice.ipynb", [], None),
+    ("alice.ipynb", ["f_attn_m_act"], "04"),  # what the notebook checks decides
+    ("02_renamed.ipynb", ["f_attn_m_act"], "04"),
+    ("alice.ipynb", ["f_attn_m_act", "g1_gate"], None),  # exercises of two lessons
+    ("99_other.ipynb", [], None),
+])
+def test_the_lesson_of_a_notebook(path, exercises, lesson):
+    nb = new_notebook(cells=[new_code_cell(f"{n} = checks.{n}({n})") for n in exercises])
+    assert grade.lesson_of(path, nb) == lesson
+
+
+def test_columns_are_labelled_by_the_shortest_unique_end_of_their_path():
+    paths = ["submitted/alice/lesson04/04_x.ipynb", "submitted/bob/lesson04/04_x.ipynb", "work/y.ipynb",
+             "z.ipynb"]
+    assert list(grade.labels(paths).values()) == ["alice/lesson04/04_x.ipynb", "bob/lesson04/04_x.ipynb", "y.ipynb",
+                                                  "z.ipynb"]
+    results = {p: {"f": ("passed", "")} for p in paths}
+    assert grade.table(results).splitlines()[0].split() == ["exercise", *grade.labels(paths).values()]

@@ -7,10 +7,14 @@ continues after errors, so one wrong exercise does not stop the others. An exerc
 
     passed         the check printed `✓ name: passed (N cases)`
     not attempted  the exercise still raises NotImplementedError
-    failed         anything else: a wrong answer, an exception, or a cell that could not run
+    failed         anything else: a wrong answer, an exception, a cell that could not run, or a check cell that is
+                   missing: every exercise of the notebook's lesson is expected (the lesson is the one its exercises
+                   belong to, else the one its file name or folder names: `NN_name.ipynb`, "Copy of NN_name.ipynb",
+                   nbgrader's `lessonNN/`), and of every notebook graded together, any exercise another one checks
 
-The table has one row per exercise and one column per notebook, then the totals; --csv and --json write the
-same results with the check's message for each exercise.
+The table has one row per exercise and one column per notebook (labelled by the shortest end of its path that tells
+it from the others), then the totals; --csv and --json write the same results with the check's message for each
+exercise.
 """
 
 from __future__ import annotations
@@ -24,16 +28,35 @@ from pathlib import Path
 
 import nbformat
 
+from . import LESSONS
 from .engine import GRADING_ENV, NOT_ATTEMPTED_RE, PASSED_RE
 
 CHECK_CELL_RE = re.compile(r"^\s*\w+\s*=\s*checks\.(\w+)\(", re.M)
 STATUSES = ("passed", "failed", "not attempted")
+LESSON_FILE_RE = re.compile(r"(?<![0-9])([0-9]{2})_[A-Za-z]")  # 04_sinks_....ipynb, Copy of 04_sinks_....ipynb
+LESSON_DIR_RE = re.compile(r"^lesson([0-9]{2})$")  # nbgrader's submitted/<student>/lesson04/
 
 
 def check_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
     """(cell index, exercise name) of every check cell `name = checks.name(name)`."""
     return [(i, m.group(1)) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
             for m in [CHECK_CELL_RE.search(cell.source)] if m]
+
+
+def lesson_of(path: Path | str, nb: nbformat.NotebookNode) -> str | None:
+    """The lesson ("04") a learner's notebook is: the one lesson that its check cells and exercise cells (their
+    nbgrader grade_id) belong to, else the one its file name or folder names; None when none is clear."""
+    found = {name for _, name in check_cells(nb)}
+    found |= {c.metadata.get("nbgrader", {}).get("grade_id", "").removeprefix("check_") for c in nb.cells}
+    by_content = {lesson for lesson, names in LESSONS.items() if found & set(names)}
+    if len(by_content) == 1:
+        return by_content.pop()
+    if by_content:  # exercises of several lessons: none of them is expected in full
+        return None
+    path = Path(path)
+    named = [m.group(1) for m in LESSON_FILE_RE.finditer(path.name)]
+    named += [m.group(1) for part in reversed(path.parent.parts) for m in [LESSON_DIR_RE.match(part)] if m]
+    return next((n for n in named if n in LESSONS), None)
 
 
 def set_nbgrader(nb: nbformat.NotebookNode, begin: str = "### BEGIN SOLUTION") -> None:
@@ -112,7 +135,9 @@ def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]
         client.execute()
     except DeadKernelError as e:  # the cells after the one that killed the kernel did not run
         problem = f"the kernel died: {e}".splitlines()[0]
-    results = {}
+    lesson = lesson_of(path, nb)
+    results = {name: ("failed", f"no check cell `{name} = checks.{name}({name})` in this notebook (lesson {lesson} "
+                                "has one)") for name in LESSONS.get(lesson, ())}
     for index, name in check_cells(nb):
         status, message = score_cell(nb.cells[index], name)
         if problem and not nb.cells[index].get("outputs"):
@@ -129,11 +154,24 @@ def complete(results: dict[str, dict[str, tuple[str, str]]]) -> dict[str, dict[s
                  for n in names} for nb, per_nb in results.items()}
 
 
+def labels(paths: list[str]) -> dict[str, str]:
+    """{path: the shortest end of it that no other path ends with}: submitted/alice/lesson04/04_x.ipynb and
+    submitted/bob/lesson04/04_x.ipynb -> alice/lesson04/04_x.ipynb and bob/lesson04/04_x.ipynb."""
+    parts = {p: Path(p).parts for p in paths}
+    out = {}
+    for p, own in parts.items():
+        k = next((k for k in range(1, len(own)) if all(q == p or other[-k:] != own[-k:]
+                                                       for q, other in parts.items())), len(own))
+        out[p] = "/".join(own[-k:])
+    return out
+
+
 def table(results: dict[str, dict[str, tuple[str, str]]]) -> str:
     """The score table: one row per exercise, one column per notebook, and the totals."""
     names = list(dict.fromkeys(n for per_nb in results.values() for n in per_nb))
     notebooks = list(results)
-    rows = [["exercise", *(Path(nb).name for nb in notebooks)]]
+    label = labels(notebooks)
+    rows = [["exercise", *(label[nb] for nb in notebooks)]]
     rows += [[name, *(results[nb].get(name, ("-", ""))[0] for nb in notebooks)] for name in names]
     totals = []
     for nb in notebooks:

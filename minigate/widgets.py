@@ -4,7 +4,8 @@
 
 Each explorer is a VBox of controls above a picture. The picture is a PNG (an `Image` widget), so it
 re-renders fast, and the explorer's static rendering (a notebook viewed without a live kernel, e.g.
-on GitHub) is that same PNG instead of an empty widget area.
+on GitHub) is that same PNG instead of an empty widget area. Both show it at its own size, CSS_DPI CSS pixels per
+figure inch (as Jupyter shows matplotlib figures), drawn at PIXEL_RATIO times that: sharp, never stretched.
 
 Works with ipywidgets 8 and with 7.x (Colab ships 7.7.1): 8 displays a widget through
 `_repr_mimebundle_`, 7 through `_ipython_display_`; both give the same bundle here (widget view, PNG, text).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 
 import ipywidgets as W
 import matplotlib.pyplot as plt
@@ -22,16 +24,24 @@ import torch
 from . import ablation as ab
 from . import plots
 from .gates import encode_prompt, gate_scores, gated_layers
+from .hooks import get_act_name
 
 IPYWIDGETS_7 = int(W.__version__.split(".")[0]) < 8
 VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+CSS_DPI = 100  # CSS pixels per figure inch: the size Jupyter's inline backend shows a figure at
+PIXEL_RATIO = 2  # PNG pixels per CSS pixel: sharp on high-density screens, evenly scaled down on others
 
 
 def _png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=CSS_DPI * PIXEL_RATIO, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+def display_width(png: bytes) -> int:
+    """The width in CSS pixels a picture is shown at: its PNG width (from the header) / PIXEL_RATIO."""
+    return round(struct.unpack(">I", png[16:20])[0] / PIXEL_RATIO)
 
 
 class Explorer(W.VBox):
@@ -39,7 +49,7 @@ class Explorer(W.VBox):
 
     def __init__(self, name: str, controls: dict, draw):
         self.name, self.controls, self.draw = name, controls, draw
-        self.image = W.Image(format="png")
+        self.image = W.Image(format="png", layout=W.Layout(max_width="100%", height="auto"))
         self.status = W.HTML()
         super().__init__([W.HBox(list(controls.values())), self.image, self.status])
         for c in controls.values():
@@ -52,7 +62,9 @@ class Explorer(W.VBox):
 
     def refresh(self):
         try:
-            self.image.value = _png(self.draw(**self.values))
+            png = _png(self.draw(**self.values))
+            self.image.layout.width = f"{display_width(png)}px"  # not stretched to the cell's width
+            self.image.value = png
             self.status.value = ""
         except ValueError as e:  # e.g. an empty prompt: say so under the last good picture
             self.status.value = f"<span style='color:#b00'>{e}</span>"
@@ -65,14 +77,16 @@ class Explorer(W.VBox):
             bundle = bundle[0] if isinstance(bundle, tuple) else bundle
         settings = ", ".join(f"{k}={v!r}" for k, v in self.values.items() if not isinstance(v, str) or len(v) < 40)
         bundle["text/plain"] = f"<{self.name}: {settings}>"  # stable text (no object addresses) for nbval
-        bundle["image/png"] = base64.b64encode(bytes(self.image.value)).decode()  # seen where widgets cannot run
-        return bundle
+        png = bytes(self.image.value)
+        bundle["image/png"] = base64.b64encode(png).decode()  # seen where widgets cannot run
+        return bundle, {"image/png": {"width": display_width(png)}}
 
     if IPYWIDGETS_7:
         def _ipython_display_(self, **kwargs):  # how IPython shows a 7.x widget: the same bundle as under 8
             from IPython.display import display
 
-            display(self._repr_mimebundle_(), raw=True)
+            data, metadata = self._repr_mimebundle_()
+            display(data, metadata=metadata, raw=True)
 
 
 def _as_dict(models) -> dict:
@@ -107,7 +121,7 @@ def attention_explorer(models, tokenizer, prompt: str = "The cat sat on the mat 
     def draw(model, layer, head, prompt):
         m = models[model]
         ids, labels = prompt_tokens(tokenizer, prompt, m.cfg.max_seq_len)
-        name = f"blocks.{layer}.attn.hook_pattern"
+        name = get_act_name("pattern", layer)
         _, cache = m.run_with_cache(ids.to(next(m.parameters()).device), names_filter=name)
         label = f"{model}, layer {layer}, " + ("mean of heads" if head == "mean" else f"head {head}")
         return plots.attention_maps({label: cache[name][0]}, tokens=labels, head=head, title="")

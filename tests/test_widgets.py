@@ -30,10 +30,25 @@ def test_attention_explorer_updates_and_renders_statically(setup):
     assert bytes(ex.image.value).startswith(PNG) and bytes(ex.image.value) != first
     ex.controls["head"].value = 2
     ex.controls["model"].value = "headwise"
-    bundle = ex._repr_mimebundle_()
+    bundle, metadata = ex._repr_mimebundle_()
     assert bundle["text/plain"] == ("<attention explorer: model='headwise', layer=1, head=2, "
                                     "prompt='Hello world, hello again.'>")
     assert bundle["image/png"] and "application/vnd.jupyter.widget-view+json" in bundle
+    assert metadata == {"image/png": {"width": widgets.display_width(bytes(ex.image.value))}}
+
+
+def test_the_picture_is_shown_at_the_size_it_was_drawn_for(setup):
+    """PIXEL_RATIO PNG pixels per CSS pixel, live and static: neither blurred by stretching nor shrunk."""
+    import struct
+
+    models, tok = setup
+    ex = widgets.attention_explorer(models, tok, prompt="Hello world, hello again.")
+    png = bytes(ex.image.value)
+    width = struct.unpack(">I", png[16:20])[0]
+    css = widgets.display_width(png)
+    assert css == round(width / widgets.PIXEL_RATIO) and 300 < css < 1200  # a figure of a few inches
+    assert ex.image.layout.width == f"{css}px" and ex.image.layout.max_width == "100%"
+    assert ex.image.layout.height == "auto"
 
 
 def test_empty_prompt_keeps_the_picture_and_says_why(setup):
@@ -78,7 +93,8 @@ def test_clamp_explorer_changes_perplexity_and_text(setup):
     ex.controls["layer"].value = 1
     ex.controls["value"].value = 0.0
     assert bytes(ex.image.value) != before
-    assert ex._repr_mimebundle_()["text/plain"] == "<clamp explorer: model='headwise', layer=1, head='all', value=0.0>"
+    assert ex._repr_mimebundle_()[0]["text/plain"] == \
+        "<clamp explorer: model='headwise', layer=1, head='all', value=0.0>"
 
 
 def test_static_rendering_under_ipywidgets_7(setup, monkeypatch):
@@ -86,7 +102,7 @@ def test_static_rendering_under_ipywidgets_7(setup, monkeypatch):
     models, tok = setup
     ex = widgets.attention_explorer(models, tok, prompt="Hello world.")
     monkeypatch.setattr(widgets, "IPYWIDGETS_7", True)
-    bundle = ex._repr_mimebundle_()
+    bundle, _ = ex._repr_mimebundle_()
     assert bundle[widgets.VIEW_MIME] == {"version_major": 2, "version_minor": 0, "model_id": ex.model_id}
     assert bundle["image/png"] and bundle["text/plain"].startswith("<attention explorer: model='baseline'")
     import ipywidgets

@@ -109,6 +109,16 @@ def test_a_deleted_check_cell_fails():
     assert "1/2 passed" in grade.table(results).splitlines()[-1]
 
 
+def test_notebooks_of_different_lessons_graded_together_are_scored_on_their_own_lesson():
+    results = {"01_x.ipynb": {"causal_attention": ("passed", "")},
+               "01_y.ipynb": {"attention_with_null": ("passed", "")}, "04_z.ipynb": {"f_attn_m_act": ("passed", "")}}
+    done = grade.complete(results, {"01_x.ipynb": "01", "01_y.ipynb": "01", "04_z.ipynb": "04"})
+    assert list(done["01_x.ipynb"]) == ["causal_attention", "attention_with_null"]  # from its fellow lesson 01
+    assert list(done["04_z.ipynb"]) == ["f_attn_m_act"]  # not lesson 01's exercises
+    totals = grade.table(done).splitlines()[-1].split()
+    assert totals == ["total", "1/2", "passed", "1/2", "passed", "1/1", "passed"]
+
+
 def test_every_lesson_check_cell_is_found_and_gets_nbgrader_metadata():
     found = []
     for path in sorted((course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB)):

@@ -146,12 +146,17 @@ def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]
     return results
 
 
-def complete(results: dict[str, dict[str, tuple[str, str]]]) -> dict[str, dict[str, tuple[str, str]]]:
-    """Every notebook scored on every exercise that any of them checks: a check cell deleted from a notebook
-    fails (a learner cannot skip an exercise by removing its check)."""
-    names = list(dict.fromkeys(n for per_nb in results.values() for n in per_nb))
+def complete(results: dict[str, dict[str, tuple[str, str]]],
+             lessons: dict[str, str | None] | None = None) -> dict[str, dict[str, tuple[str, str]]]:
+    """Every notebook scored on every exercise that any notebook of the same lesson checks (lessons: {notebook:
+    lesson or None}; none given: all one lesson): a check cell deleted from a notebook fails (a learner cannot skip
+    an exercise by removing its check), and a notebook of another lesson is not scored on it."""
+    lessons = lessons or {}
+    names = {}
+    for nb, per_nb in results.items():
+        names.setdefault(lessons.get(nb), {}).update(dict.fromkeys(per_nb))
     return {nb: {n: per_nb.get(n, ("failed", f"no check cell `{n} = checks.{n}({n})` in this notebook"))
-                 for n in names} for nb, per_nb in results.items()}
+                 for n in names[lessons.get(nb)]} for nb, per_nb in results.items()}
 
 
 def labels(paths: list[str]) -> dict[str, str]:
@@ -208,14 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     args = parser.parse_args(argv)
-    results = {}
+    results, lessons = {}, {}
     for path in args.notebooks:
         try:
             results[str(path)] = grade_notebook(path, args.timeout)
+            lessons[str(path)] = lesson_of(path, nbformat.read(path, as_version=4))
         except (OSError, ValueError) as e:  # missing, or not a notebook
             print(f"error: cannot read {path}: {e}", file=sys.stderr)
             return 2
-    results = complete(results)
+    results = complete(results, lessons)
     print(table(results))
     if args.csv:
         write_csv(results, args.csv)

@@ -13,7 +13,8 @@ tensor, or return a tensor of the same shape to replace it:
     logits = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_gate", close_gates)])
 
 Hooks are removed when the call returns, also when the forward raises. A hook point fires for any
-PyTorch forward hook (`hp.register_forward_hook`), not only for the hooks attached here.
+PyTorch forward hook (`hp.register_forward_hook`), not only for the hooks attached here. Which hook points
+run is decided by minigate's own hook points only: a global module hook (a profiler's) changes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from torch.nn.modules import module as torch_module  # holds PyTorch's global module hooks
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]
 NameFilter = str | Iterable[str] | Callable[[str], bool] | None
@@ -72,11 +72,12 @@ class HookPoint(nn.Module):
 
     @property
     def active(self) -> bool:
-        """True when anything would see this point fire: a hook from add_hook, any PyTorch forward hook or
-        forward pre-hook on it, or a global module hook. The attention computes its explicit
-        (query_pos x key_pos) pattern only when its hook_attn_scores or hook_pattern is active."""
-        return bool(self._forward_hooks or self._forward_pre_hooks
-                    or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
+        """True when a hook is attached to this point: one from add_hook, or any PyTorch forward hook or forward
+        pre-hook registered on it. Global module hooks (register_module_forward_hook, a profiler's) do not count:
+        they must not move every layer to the explicit path. The attention computes its explicit
+        (query_pos x key_pos) pattern only when its hook_attn_scores or hook_pattern is active; a global hook sees
+        the pattern when something hooks hook_pattern (a no-op hook is enough)."""
+        return bool(self._forward_hooks or self._forward_pre_hooks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x

@@ -200,20 +200,45 @@ def test_a_plain_pytorch_hook_on_the_pattern_fires(kind, point, monkeypatch):
     assert len(calls) == 3 and seen == [(B, H, T, T)]  # hook removed: both layers fused again
 
 
-def test_a_global_module_hook_sees_the_pattern():
-    model = _model()
+@pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
+def test_a_global_module_hook_keeps_the_fused_path(kind, monkeypatch):
+    """A global module hook (a profiler's) sees every module that runs, but does not switch the attention to the
+    explicit O(T²) path: only minigate's own hook points decide (issue 22)."""
+    model = _model(gate="G1")
+    calls = _count_sdpa(monkeypatch)
     seen = []
-
-    def record(module, inputs, output):
-        if module is model.blocks[1].attn.hook_pattern:
-            seen.append(module.name)
-
-    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    nn_module = torch.nn.modules.module
+    if kind == "forward_hook":
+        handle = nn_module.register_module_forward_hook(lambda module, inputs, output: seen.append(module))
+    else:
+        handle = nn_module.register_module_forward_pre_hook(lambda module, inputs: seen.append(module))
     try:
         model(_tokens())
     finally:
         handle.remove()
-    assert seen == ["blocks.1.attn.hook_pattern"]
+    assert len(calls) == 2  # both layers fused
+    names = [m.name for m in seen if isinstance(m, minigate.hooks.HookPoint)]
+    assert "blocks.0.attn.hook_z" in names and "blocks.1.hook_resid_post" in names  # it saw the model run
+    assert not any(n.endswith(("hook_pattern", "hook_attn_scores")) for n in names)
+
+
+def test_a_global_module_hook_sees_the_pattern_when_it_is_hooked(monkeypatch):
+    """The way for a global hook to see a pattern: hook that hook_pattern (a no-op hook is enough)."""
+    model = _model()
+    calls = _count_sdpa(monkeypatch)
+    seen = []
+
+    def record(module, inputs, output):
+        if isinstance(module, minigate.hooks.HookPoint) and module.name.endswith("hook_pattern"):
+            seen.append((module.name, tuple(output.shape)))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.1.attn.hook_pattern", lambda t, hook: None)])
+    finally:
+        handle.remove()
+    assert seen == [("blocks.1.attn.hook_pattern", (B, H, T, T))]
+    assert len(calls) == 1  # layer 0 fused, layer 1 explicit
 
 
 def test_cache_without_the_pattern_keeps_the_fused_path(monkeypatch):

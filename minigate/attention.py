@@ -67,8 +67,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     """Qwen3's attention (QK-norm, RoPE, grouped-query attention) with the paper's G1 gate as released.
 
-    forward(x (batch, pos, d_model), cos, sin) -> (out (batch, pos, d_model), pattern (batch, head, query_pos,
-    key_pos) on the explicit path, else None).
+    forward(x (batch, pos, d_model), cos, sin) -> out (batch, pos, d_model); for the pattern, hook hook_pattern.
     Shapes: head = n_heads query heads; kv_head = n_kv_heads key/value heads, each serving `group` =
     n_heads / n_kv_heads neighbouring query heads; d_head = cfg.head_dim.
 
@@ -87,8 +86,9 @@ class Attention(nn.Module):
         hook_attn_scores (batch, head, query_pos, key_pos): q kᵀ/√d_head, future keys -inf, before softmax
         hook_pattern (batch, head, query_pos, key_pos): the softmax
         hook_z (batch, pos, head, d_head): each head's attention output; hook_z_gated (G1): z * score
-    hook_attn_scores and hook_pattern fire on the explicit path only: it runs when either point has a hook
-    (see HookPoint.active); otherwise PyTorch's fused kernel computes the same z.
+    hook_attn_scores and hook_pattern fire on the explicit path only: it runs when either point has a hook of its
+    own (see HookPoint.active; a global module hook does not count); otherwise PyTorch's fused kernel computes
+    the same z.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -125,17 +125,16 @@ class Attention(nn.Module):
         in_q_proj = cfg.n_heads * cfg.gate_width_per_head * cfg.d_model if cfg.gate_in_q_proj else 0
         return in_q_proj + sum(p.numel() for name, p in self.named_parameters() if name.startswith("gate_"))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x (batch, pos, d_model), already normed; cos, sin (pos, d_head) from rope_cos_sin.
-        Returns (out (batch, pos, d_model), pattern or None), see the class docstring."""
+        Returns out (batch, pos, d_model), see the class docstring."""
         gated = self.cfg.gate == "G1"
         q, k, v, gate_logits = self._project(x, cos, sin)  # gate_logits: G1's rows of q_proj, or None
         score = self._gate_score(gate_logits) if gated else None  # (batch, pos, head, 1 or d_head)
-        z, pattern = self._attend(q, k, v)
-        z = self.hook_z(z)  # (batch, pos, head, d_head)
+        z = self.hook_z(self._attend(q, k, v))  # (batch, pos, head, d_head)
         if gated:  # G1, the paper's gate: each head's output times its gate score
             z = self.hook_z_gated(self._gate(z, score))
-        return self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)")), pattern
+        return self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
 
     def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """q (batch, pos, head, d_head), k and v (batch, pos, kv_head, d_head), q and k after QK-norm and RoPE;
@@ -180,22 +179,23 @@ class Attention(nn.Module):
     def _gate(self, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return y * gate if self.cfg.gate_mode == "multiplicative" else y + gate
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal softmax(q kᵀ/√d_head) v: q (batch, pos, head, d_head), k and v (batch, pos, kv_head, d_head)
-        -> z (batch, pos, head, d_head) and the pattern (batch, head, query_pos, key_pos), or None on the fused path."""
+        -> z (batch, pos, head, d_head). The pattern (batch, head, query_pos, key_pos) passes hook_pattern on the
+        explicit path, taken only when hook_attn_scores or hook_pattern is hooked."""
         q = rearrange(q, "batch pos head d_head -> batch head pos d_head")
         k, v = (repeat(t, "batch pos kv_head d_head -> batch (kv_head group) pos d_head", group=self.cfg.group_size)
                 for t in (k, v))  # GQA: each kv head serves `group` query heads
         if not (self.hook_attn_scores.active or self.hook_pattern.active):
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # fused: same numbers, no (pos x pos) matrix
-            return rearrange(z, "batch head pos d_head -> batch pos head d_head"), None
+            return rearrange(z, "batch head pos d_head -> batch pos head d_head")
         scores = einsum(q, k, "batch head query_pos d_head, batch head key_pos d_head -> batch head query_pos key_pos")
         T = q.shape[-2]
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # key_pos <= query_pos
         scores = self.hook_attn_scores((scores / math.sqrt(q.shape[-1])).masked_fill(~causal, float("-inf")))
         pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
         z = einsum(pattern, v, "batch head query_pos key_pos, batch head key_pos d_head -> batch head query_pos d_head")
-        return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head"), pattern
+        return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head")
 
 
 class GateVariantAttention(Attention):
@@ -229,7 +229,7 @@ class GateVariantAttention(Attention):
             self.gate_bias = nn.Parameter(torch.full((n_scores,), float(cfg.gate_bias)))
         self.act = torch.sigmoid if cfg.gate_activation == "sigmoid" else F.silu
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         q, k, v, gate_logits = self._project(x, cos, sin)
         score = self._gate_score(self._gate_logits(x, gate_logits))
@@ -239,12 +239,11 @@ class GateVariantAttention(Attention):
             k = self._gate(k, score)
         elif cfg.gate == "G4":
             q = self._gate(q, score)
-        z, pattern = self._attend(q, k, v)
-        z = self.hook_z(z)
+        z = self.hook_z(self._attend(q, k, v))
         if cfg.gate == "G1":
             z = self.hook_z_gated(self._gate(z, score))
         out = self.o_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
-        return (self._gate(out, score) if cfg.gate == "G5" else out), pattern  # G5: gate the output of o_proj
+        return self._gate(out, score) if cfg.gate == "G5" else out  # G5: gate the output of o_proj
 
     def _gate_logits(self, x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         """The logits x W_gate [+ bias], shaped to meet what they gate: (batch, pos, head, width), head the kv

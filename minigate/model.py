@@ -70,7 +70,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        a, _ = self.attn(self.attn_norm(x), cos, sin)  # the pattern, if any, is hook_pattern's to read
+        a = self.attn(self.attn_norm(x), cos, sin)  # for the pattern, hook (or cache) attn.hook_pattern
         x = self.hook_resid_mid(x + self.hook_attn_out(self.attn_out_norm(a)))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
 

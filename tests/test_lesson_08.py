@@ -117,5 +117,5 @@ def test_reordered_weights_reproduce_qwen3_next_attention(n_heads, n_kv_heads):
                           "q_norm.weight": sd["q_norm.weight"] + 1, "k_norm.weight": sd["k_norm.weight"] + 1})
     with torch.no_grad():
         want = hf(x, (cos, sin), attention_mask=mask)[0]
-        got = attn(x, *rope_cos_sin(T, D, cfg.rope_theta))[0]
+        got = attn(x, *rope_cos_sin(T, D, cfg.rope_theta))  # Attention returns one tensor
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

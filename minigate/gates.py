@@ -41,6 +41,7 @@ from einops import rearrange
 
 from .data import TextTokenizer
 from .hooks import get_act_name
+from .model import check_token_ids
 from .stats import CI, bootstrap_ci, quantile
 
 CLOSED, OPEN = 0.1, 0.9  # a gate value below CLOSED is closed, above OPEN is open
@@ -261,9 +262,7 @@ def _as_prompts(tokens_or_prompts, tokenizer, vocab_size: int) -> list[torch.Ten
     for i, p in enumerate(prompts):
         if p.numel() == 0:
             raise ValueError(f"prompt {i} has no tokens")
-        if p.min() < 0 or p.max() >= vocab_size:
-            raise ValueError(f"prompt {i} holds token id {int(p.max())}, outside the model's vocabulary "
-                             f"(0..{vocab_size - 1}); is the tokenizer the model's?")
+        check_token_ids(p, vocab_size, what=f"the tokens of prompt {i}")
     return prompts
 
 

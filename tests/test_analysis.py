@@ -316,7 +316,8 @@ def test_per_type_stats_read_each_types_own_prompts():
     (lambda: gate_scores(gated(), ids(3)).token_matrix(0, head=4), "head 4 is out of range.*4 heads"),
     (lambda: gate_scores(gated(), ids(3)).token_matrix(1), "prompt 1 is out of range"),
     (lambda: gate_scores(gated(), ["some text"]), "tokenizer="),
-    (lambda: gate_scores(gated(), [[0, 99]]), "outside the model's vocabulary"),
+    (lambda: gate_scores(gated(), [[0, 99]]), "prompt 0 hold token id 99, but the model's vocab_size is"),
+    (lambda: gate_scores(gated(), [[0, 5], [-2, 3]]), "prompt 1 hold token id -2, "),  # the negative id, not the max
     (lambda: load_prompts("poetry"), "unknown prompt type 'poetry'"),
 ])
 def test_clear_errors(call, match):

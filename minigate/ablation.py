@@ -50,12 +50,12 @@ from tqdm.auto import tqdm
 
 from .data.batches import with_bos
 from .gates import check_layer, gated_layers
+from .hardware import T4_PEAK  # noqa: F401  re-exported: course.checks.lesson07 and bench.ablation import it here
 from .hooks import get_act_name
 from .stats import bootstrap_ci
 from .train import eval_mode, token_cross_entropy
 
 SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
-T4_PEAK = 65e12  # FLOP/s, a T4's fp16 tensor cores (NVIDIA's datasheet): projecting a sweep's time on a free Colab T4
 COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
 
 
@@ -87,11 +87,11 @@ def _check_context(model, chunk_len: int):
                          f"extrapolation too); use chunk_len <= {n}")
 
 
-def _check_chunks(model, chunks: torch.Tensor):
-    if chunks.dim() != 2 or chunks.shape[0] == 0 or chunks.shape[1] < 2:
+def _check_chunks(model, chunk_ids: torch.Tensor):
+    if chunk_ids.dim() != 2 or chunk_ids.shape[0] == 0 or chunk_ids.shape[1] < 2:
         raise ValueError(f"chunks must be a (n_chunks, chunk_len + 1) tensor from ablation.chunks(), got shape "
-                         f"{tuple(chunks.shape)}")
-    _check_context(model, chunks.shape[1] - 1)
+                         f"{tuple(chunk_ids.shape)}")
+    _check_context(model, chunk_ids.shape[1] - 1)
 
 
 @dataclass
@@ -133,24 +133,24 @@ def _losses(model, rows: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _looped_losses(model, chunks: torch.Tensor, fwd_hooks, batch_size: int, bar=None) -> torch.Tensor:
+def _looped_losses(model, chunk_ids: torch.Tensor, fwd_hooks, batch_size: int, bar=None) -> torch.Tensor:
     out = []
     with model.hooks(fwd_hooks):
-        for i in range(0, chunks.shape[0], batch_size):
-            out.append(_losses(model, chunks[i: i + batch_size]))
+        for i in range(0, chunk_ids.shape[0], batch_size):
+            out.append(_losses(model, chunk_ids[i: i + batch_size]))
             if bar is not None:
                 bar.update(out[-1].numel())
     return torch.cat(out)
 
 
-def perplexity(model, chunks: torch.Tensor, fwd_hooks: Iterable[tuple] = (), ci: bool = True,
+def perplexity(model, chunk_ids: torch.Tensor, fwd_hooks: Iterable[tuple] = (), ci: bool = True,
                n_boot: int = 1000, batch_size: int = 16) -> Perplexity:
-    """Perplexity of the model on the chunks (from `chunks()`), with `fwd_hooks` attached (any hook
+    """Perplexity of the model on chunk_ids, the rows of `chunks()`, with `fwd_hooks` attached (any hook
     list, e.g. `set_gates(model, 0.1)`). Batched over chunks, no gradients."""
-    _check_chunks(model, chunks)
+    _check_chunks(model, chunk_ids)
     with eval_mode(model):
-        losses = _looped_losses(model, chunks, list(fwd_hooks), batch_size)
-    return _result(losses, chunks.shape[1] - 1, ci, n_boot)
+        losses = _looped_losses(model, chunk_ids, list(fwd_hooks), batch_size)
+    return _result(losses, chunk_ids.shape[1] - 1, ci, n_boot)
 
 
 # -- overrides as data -----------------------------------------------------------------------------------
@@ -263,11 +263,11 @@ class Moments:
 
 
 @torch.no_grad()
-def measure(model, chunks: torch.Tensor, names: Iterable[str] | None = None, fwd_hooks: Iterable[tuple] = (),
+def measure(model, chunk_ids: torch.Tensor, names: Iterable[str] | None = None, fwd_hooks: Iterable[tuple] = (),
             batch_size: int = 16) -> dict[str, Moments]:
     """Moments of the activations at hook points `names` (default: every gate, attention output and
     MLP output) on the chunks, in one pass, without keeping the activations."""
-    _check_chunks(model, chunks)
+    _check_chunks(model, chunk_ids)
     if names is None:
         names = [n for n in model.hook_dict if n.endswith(("hook_gate", "hook_attn_out", "hook_mlp_out"))]
     sums = defaultdict(lambda: [0.0, 0.0, 0.0, 0])  # sum of x, sum of norms, sum of squares, count
@@ -280,13 +280,13 @@ def measure(model, chunks: torch.Tensor, names: Iterable[str] | None = None, fwd
         s[3] += x.shape[0] * x.shape[1]
 
     with eval_mode(model):
-        _looped_losses(model, chunks, list(fwd_hooks) + [(n, accumulate) for n in names], batch_size)
+        _looped_losses(model, chunk_ids, list(fwd_hooks) + [(n, accumulate) for n in names], batch_size)
     return {n: Moments(mean=(s[0] / s[3]).float(), mean_norm=s[1] / s[3],
                        rms=math.sqrt(s[2] / (s[3] * (s[0].numel() if torch.is_tensor(s[0]) else 1))))
             for n, s in sums.items()}
 
 
-def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
+def mean_gates(model, chunk_ids: torch.Tensor, layers: Iterable[int] | None = None,
                stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """The learned gate replaced by its mean: the input-independent control. The mean is taken on the
     unmodified model over the same chunks, over every chunk and position (the <bos> position included),
@@ -294,7 +294,7 @@ def mean_gates(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
     removed is exactly the gate's dependence on the input, not its average level. (A single global mean
     is what that analysis's 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
     layers = _gated_layers(model, layers)
-    stats = stats or measure(model, chunks, [_gate_name(L) for L in layers])
+    stats = stats or measure(model, chunk_ids, [_gate_name(L) for L in layers])
     return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in layers]
 
 
@@ -304,29 +304,29 @@ def scale_output(model, layer: int, scale: float, component: str = "attn") -> li
     return [(f"blocks.{check_layer(model, layer)}.{_check_component(component)}", Edit("scale", float(scale)))]
 
 
-def matched_scale(model, chunks: torch.Tensor, layer: int, value: float = 1.0, batch_size: int = 16) -> float:
+def matched_scale(model, chunk_ids: torch.Tensor, layer: int, value: float = 1.0, batch_size: int = 16) -> float:
     """The factor by which forcing `layer`'s gates to `value` changes the RMS of that layer's attention
     output, measured on the chunks: scale_output(model, layer, matched_scale(...)) changes the output's
     size as much as the gate override does, but keeps the gate's input dependence."""
     name = get_act_name("attn_out", check_layer(model, layer))
-    learned = measure(model, chunks, [name], batch_size=batch_size)[name].rms
-    forced = measure(model, chunks, [name], force_layer(model, layer, value), batch_size)[name].rms
+    learned = measure(model, chunk_ids, [name], batch_size=batch_size)[name].rms
+    forced = measure(model, chunk_ids, [name], force_layer(model, layer, value), batch_size)[name].rms
     return forced / learned
 
 
-def mean_output(model, chunks: torch.Tensor, layer: int, component: str = "attn",
+def mean_output(model, chunk_ids: torch.Tensor, layer: int, component: str = "attn",
                 stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output replaced at every position by its mean vector over the chunks."""
     name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
-    stats = stats or measure(model, chunks, [name])
+    stats = stats or measure(model, chunk_ids, [name])
     return [(name, Edit("set", stats[name].mean))]
 
 
-def fixed_norm(model, chunks: torch.Tensor, layer: int, component: str = "attn",
+def fixed_norm(model, chunk_ids: torch.Tensor, layer: int, component: str = "attn",
                stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output rescaled, at every position, to its mean L2 norm on the chunks."""
     name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
-    stats = stats or measure(model, chunks, [name])
+    stats = stats or measure(model, chunk_ids, [name])
     return [(name, Edit("norm", stats[name].mean_norm))]
 
 
@@ -354,30 +354,30 @@ def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[st
             for L in _gated_layers(model, None)[:first_layers] for h in range(_n_gate_heads(model))}
 
 
-def published_conditions(model, chunks: torch.Tensor, first_layers: int = 3,
+def published_conditions(model, chunk_ids: torch.Tensor, first_layers: int = 3,
                          stats: dict[str, Moments] | None = None) -> dict[str, list]:
     """That analysis's ablation set, plus the mean-gate control: learned gates, gates=mean, the 10-value
     constant sweep (it holds the global 0, 0.116 and 1 overrides), every layer open and closed, every
     head of the first three layers closed."""
-    return {"learned": [], "gates=mean": mean_gates(model, chunks, stats=stats), **constant_conditions(model),
+    return {"learned": [], "gates=mean": mean_gates(model, chunk_ids, stats=stats), **constant_conditions(model),
             **layer_conditions(model), **head_conditions(model, first_layers)}
 
 
-def control_conditions(model, chunks: torch.Tensor, layers: Iterable[int] | None = None,
+def control_conditions(model, chunk_ids: torch.Tensor, layers: Iterable[int] | None = None,
                        stats: dict[str, Moments] | None = None) -> dict[str, list]:
     """The controls, per layer (every layer, or `layers`): its attention and MLP outputs replaced by their means
     ("L0 attn mean", "L0 mlp mean"), its attention output pinned to its mean norm ("L0 attn fixed-norm"); and on
     a gated layer, its attention output scaled as much as forcing its gates open would ("L0 attn x matched") and
     its gates replaced by their means ("L0 gates=mean"). Set them beside force_layer(model, L, 1.0)."""
-    stats = stats or measure(model, chunks)
+    stats = stats or measure(model, chunk_ids)
     out = {}
     for L in _layers(model, layers):
         if model.cfg.is_gated(L):
-            out[f"L{L} attn x matched"] = scale_output(model, L, matched_scale(model, chunks, L, 1.0))
-            out[f"L{L} gates=mean"] = mean_gates(model, chunks, [L], stats)
-        out[f"L{L} attn mean"] = mean_output(model, chunks, L, "attn", stats)
-        out[f"L{L} mlp mean"] = mean_output(model, chunks, L, "mlp", stats)
-        out[f"L{L} attn fixed-norm"] = fixed_norm(model, chunks, L, "attn", stats)
+            out[f"L{L} attn x matched"] = scale_output(model, L, matched_scale(model, chunk_ids, L, 1.0))
+            out[f"L{L} gates=mean"] = mean_gates(model, chunk_ids, [L], stats)
+        out[f"L{L} attn mean"] = mean_output(model, chunk_ids, L, "attn", stats)
+        out[f"L{L} mlp mean"] = mean_output(model, chunk_ids, L, "mlp", stats)
+        out[f"L{L} attn fixed-norm"] = fixed_norm(model, chunk_ids, L, "attn", stats)
     return out
 
 
@@ -399,12 +399,12 @@ def _row_hook(pieces: list[tuple[int, int, Edit]]):
 
 
 @torch.no_grad()
-def _stacked_losses(model, chunks: torch.Tensor, conditions: list[list[tuple[str, Edit]]], max_batch: int,
+def _stacked_losses(model, chunk_ids: torch.Tensor, conditions: list[list[tuple[str, Edit]]], max_batch: int,
                     bar=None) -> torch.Tensor:
     """(n_conditions, n_chunks) losses. The stacked batch is [chunks under condition 0 | chunks under
     condition 1 | ...], cut into forward passes of at most max_batch rows; in each pass every hook point
     gets one hook that applies each condition's Edits to that condition's rows."""
-    n, k = chunks.shape[0], len(conditions)
+    n, k = chunk_ids.shape[0], len(conditions)
     losses = torch.empty(k * n, dtype=torch.float64)
     for r0 in range(0, k * n, max_batch):
         r1 = min(r0 + max_batch, k * n)
@@ -414,13 +414,13 @@ def _stacked_losses(model, chunks: torch.Tensor, conditions: list[list[tuple[str
             for name, edit in conditions[c]:
                 pieces[name].append((start, stop, edit))
         with model.hooks([(name, _row_hook(p)) for name, p in pieces.items()]):
-            losses[r0:r1] = _losses(model, chunks[torch.arange(r0, r1) % n])
+            losses[r0:r1] = _losses(model, chunk_ids[torch.arange(r0, r1) % n])
         if bar is not None:
             bar.update(r1 - r0)
     return rearrange(losses, "(k n) -> k n", k=k)
 
 
-def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: bool = True, max_batch: int = 32,
+def sweep(model, chunk_ids: torch.Tensor, conditions: dict[str, list], batched: bool = True, max_batch: int = 32,
           ci: bool = True, n_boot: int = 1000, progress: bool = True) -> dict[str, Perplexity]:
     """Perplexity under each condition (name -> hook list, e.g. from `published_conditions`).
 
@@ -429,7 +429,7 @@ def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: boo
     batched=False: one hooked run per condition, max_batch chunks per forward. Both give the same
     numbers (to float rounding, ~1e-6); batching pays off when one condition's chunks are too few to
     keep the hardware busy (small models, or a GPU)."""
-    _check_chunks(model, chunks)
+    _check_chunks(model, chunk_ids)
     if not conditions:
         raise ValueError("no conditions to run; pass e.g. constant_conditions(model)")
     for name, hooks in conditions.items():
@@ -440,11 +440,11 @@ def sweep(model, chunks: torch.Tensor, conditions: dict[str, list], batched: boo
     stacked = [n for n in names if batched and _batchable(conditions[n])]
     looped = [n for n in names if n not in stacked]
     losses = {}
-    with eval_mode(model), tqdm(total=len(names) * chunks.shape[0], unit="chunk", disable=not progress,
+    with eval_mode(model), tqdm(total=len(names) * chunk_ids.shape[0], unit="chunk", disable=not progress,
                                 desc="ablation sweep") as bar:
         if stacked:
-            rows = _stacked_losses(model, chunks, [list(conditions[n]) for n in stacked], max_batch, bar)
+            rows = _stacked_losses(model, chunk_ids, [list(conditions[n]) for n in stacked], max_batch, bar)
             losses.update(zip(stacked, rows, strict=True))
         for n in looped:
-            losses[n] = _looped_losses(model, chunks, list(conditions[n]), max_batch, bar)
-    return {n: _result(losses[n], chunks.shape[1] - 1, ci, n_boot) for n in names}
+            losses[n] = _looped_losses(model, chunk_ids, list(conditions[n]), max_batch, bar)
+    return {n: _result(losses[n], chunk_ids.shape[1] - 1, ci, n_boot) for n in names}

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigate"
 LIBRARY = ("config", "hooks", "attention", "model", "pretrained", "export", "data", "train", "runfolder", "analysis",
-           "gates", "ablation", "stats", "plots", "widgets", "cli", "resources")
+           "gates", "ablation", "stats", "plots", "widgets", "cli", "resources", "hardware")
 ABOVE_THE_LIBRARY = ("minigate.course", "minigate.bench")
 
 

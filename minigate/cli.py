@@ -70,7 +70,7 @@ def cmd_eval(args) -> int:
     if (folder / "model" / "config.json").exists():
         folder = folder / "model"  # a run folder: evaluate its final model
     if not (folder / "config.json").exists():
-        raise SystemExit(f"error: {args.dir} holds no model (no config.json, nor model/config.json); "
+        raise ValueError(f"{args.dir} holds no model (no config.json, nor model/config.json); "
                          "pass a folder written by `minigate train` or minigate.save_pretrained")
     run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
     corpus = args.corpus or run.get("corpus", "wikitext-2")
@@ -86,7 +86,7 @@ def cmd_eval(args) -> int:
     else:
         tok = data.load_tokenizer(tokenizer)
         if tok.get_vocab_size() > model.cfg.vocab_size:
-            raise SystemExit(f"error: tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
+            raise ValueError(f"tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
                              f"{model.cfg.vocab_size}; is this the tokenizer the model was trained with?")
         val_ids = data.encode(data.load_documents(corpus)[1], tok)
     with torch.inference_mode():

@@ -60,8 +60,20 @@ def test_command_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", "--preset", "huge", "--gate", "none", "--out", str(tmp_path)])
     assert e.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="holds no model"):
-        main(["eval", str(tmp_path)])
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path)]) == 2  # bad input: one line `error: ...`, exit 2, as every other
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path} holds no model") and err.count("\n") == 1, err
+
+
+def test_eval_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
+    model = minigate.Transformer(minigate.ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                                                      head_dim=8, d_ff=48))
+    minigate.save_pretrained(model, tmp_path)  # no tokenizer.json: eval uses the default tokenizer, 4096 tokens
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: tokenizer ") and "tokens but the model only 50" in err and err.count("\n") == 1, err
 
 
 def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):

@@ -50,7 +50,6 @@ from tqdm.auto import tqdm
 
 from .data.batches import with_bos
 from .gates import check_layer, gated_layers
-from .hardware import T4_PEAK  # noqa: F401  re-exported: course.checks.lesson07 and bench.ablation import it here
 from .hooks import get_act_name
 from .stats import bootstrap_ci
 from .train import eval_mode, token_cross_entropy

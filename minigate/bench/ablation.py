@@ -27,7 +27,8 @@ import argparse
 import torch
 
 from minigate import Transformer, from_pretrained
-from minigate.ablation import SWEEP_VALUES, T4_PEAK, chunks, published_conditions, sweep
+from minigate.ablation import SWEEP_VALUES, chunks, published_conditions, sweep
+from minigate.hardware import T4_PEAK
 from minigate.bench.common import interleaved_medians
 from minigate.train import model_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...ablation import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
+from ...hardware import T4_PEAK  # FLOP/s, a T4's fp16 tensor cores
 from .engine import check
 
 EXERCISES = ("param_count", "t4_minutes")  # its check cells, in the lesson's order

@@ -1,5 +1,5 @@
 """Lesson 07's checks: the 1B models' size, and a T4 time budget from FLOPs (T4_PEAK comes from
-minigate.ablation; `python -m minigate.bench ablation` projects with it too)."""
+minigate.hardware; `python -m minigate.bench ablation` projects with it too)."""
 
 from __future__ import annotations
 

@@ -62,25 +62,38 @@ def test_token_cache_matches_encode_and_is_keyed_by_tokenizer(tmp_path, monkeypa
     assert len(list((tmp_path / "tokens").iterdir())) == 2  # another tokenizer, another entry
 
 
-def test_code_preset_is_the_measured_recipe():
-    p = PRESETS["code"]
+def test_code_gpu_preset_is_the_measured_gpu_recipe():
+    p = PRESETS["code-gpu"]
     assert p.corpus == "python-code" and p.probe == "wikitext-2"
-    cfg = minigate.train.model_config("code", "headwise")
+    cfg = minigate.train.model_config("code-gpu", "headwise")
     sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
     assert sizes == (6, 256, 8, 32, 768, 512)
     t = p.train
     assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (3000, 32, 512, 3e-3, 300, 0.1)
     assert t.compile == "auto" and t.min_lr_ratio == 0.1
-    assert 6.0e6 < minigate.Transformer(minigate.train.model_config("code")).num_params() < 6.5e6
+    assert 6.0e6 < minigate.Transformer(minigate.train.model_config("code-gpu")).num_params() < 6.5e6
     with pytest.raises(ValueError, match="compile"):
         TrainConfig(compile="sometimes")
 
 
-def test_code_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path, monkeypatch, capsys):
+def test_code_preset_is_the_measured_cpu_recipe():
+    # docs/experiments.md section 12: the recipe whose baseline grew a sink on 2 CPU cores
+    p = PRESETS["code"]
+    assert p.corpus == "python-code" and p.probe == "wikitext-2"
+    cfg = minigate.train.model_config("code", "elementwise")
+    sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
+    assert sizes == (4, 128, 4, 32, 384, 512)
+    t = p.train
+    assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (4000, 16, 512, 3e-3, 200, 0.1)
+    assert t.compile is False and t.precision == "auto"  # fp32 on a CPU
+    assert 1.3e6 < minigate.Transformer(minigate.train.model_config("code")).num_params() < 1.45e6
+
+
+def test_code_gpu_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", str(SMALL))
     out = tmp_path / "code"
     shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
-    assert main(["train", "--preset", "code", "--gate", "elementwise", "--out", str(out), "--steps", "2",
+    assert main(["train", "--preset", "code-gpu", "--gate", "elementwise", "--out", str(out), "--steps", "2",
                  "--quiet", "--threads", "1", *shrink]) == 0
     run = json.loads((out / "run.json").read_text())
     assert run["corpus"] == "python-code" and run["python_code"]["bytes"] <= SMALL

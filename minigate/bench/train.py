@@ -7,7 +7,7 @@ process-wide and lasting), in interleaved rounds:
     bf16 autocast                       pays only on CPUs with native bf16 matrix units (AMX, AVX512-BF16)
     fp32 + torch.compile                its one-off compile time printed apart, and its end-to-end ratio
 
-Then train() against a bare loop, on CPU (`ci` sizes) or CUDA (`code` sizes):
+Then train() against a bare loop, on CPU (`ci` sizes) or CUDA (`code-gpu` sizes):
 
     minigate train() baseline / G1 headwise / G1 elementwise   the real loop (AdamW, schedule, clipping,
                                                                  history, progress bookkeeping)
@@ -144,7 +144,7 @@ def main(argv=None):
     device = pick_device(args.device)
     if device.type == "cpu" and not args.skip_settings:
         cpu_settings(args.preset, args.threads, args.settings_rounds, args.steps)
-    preset_name = "code" if device.type == "cuda" else "ci"
+    preset_name = "code-gpu" if device.type == "cuda" else "ci"
     preset = PRESETS[preset_name]
     cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9, eval_batches=1,
                               ckpt_every=0, ckpt_minutes=0, device=str(device), compile=False,

@@ -2,7 +2,7 @@
 # Runs on a CUDA machine that has torch but not the course's other packages (the remote GPU machine, with
 # .gpu/ from tests/gpu/wheels.sh carried along). Writes logs and results into $OUT.
 #   bash tests/gpu/on_device.sh check   every solutions notebook with CUDA + pytest -m gpu (tests/gpu/check.py)
-#   bash tests/gpu/on_device.sh ship    train, measure and pack code-{baseline,headwise,elementwise}
+#   bash tests/gpu/on_device.sh ship    train, measure and pack code-gpu-{baseline,headwise,elementwise}
 #   bash tests/gpu/on_device.sh bench   python -m minigate.bench train on CUDA
 set -euo pipefail
 cd "$(dirname "$0")/../.."

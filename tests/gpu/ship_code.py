@@ -1,10 +1,11 @@
-"""Train, measure and ship the natural-data checkpoints data/checkpoints/code-{baseline,headwise,elementwise}.
+"""Train, measure and ship the GPU recipe's natural-data checkpoints
+data/checkpoints/code-gpu-{baseline,headwise,elementwise}.
 
 On a CUDA machine, one command (about 5 minutes on an H100; a run folder that exists is resumed):
 
     python tests/gpu/ship_code.py --runs runs --ship data/checkpoints [--pack $OUT]
 
-1. `minigate train --preset code --gate G --out runs/code-G` for G in none, headwise, elementwise.
+1. `minigate train --preset code-gpu --gate G --out runs/code-gpu-G` for G in none, headwise, elementwise.
 2. Each model measured on held-out WikiText-2 prose at seq_len 512 (prose the models never saw; the paper's
    metric definitions): F-Attn and its excess over uniform attention, the largest head, sink rate, M-Act,
    and the validation loss on held-out code.
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = {"none": "code-baseline", "headwise": "code-headwise", "elementwise": "code-elementwise"}
+SHIPPED = {"none": "code-gpu-baseline", "headwise": "code-gpu-headwise", "elementwise": "code-gpu-elementwise"}
 PROSE_LEN = 512
 
 
@@ -69,19 +70,19 @@ def thin(history: dict, every: int = 10) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="runs", help="run folders (resumed if present)")
-    ap.add_argument("--ship", default=str(ROOT / "data" / "checkpoints"), help="where code-* folders go")
-    ap.add_argument("--pack", help="also write one code-*.tar per model here (to bring them back)")
+    ap.add_argument("--ship", default=str(ROOT / "data" / "checkpoints"), help="where code-gpu-* folders go")
+    ap.add_argument("--pack", help="also write one code-gpu-*.tar per model here (to bring them back)")
     ap.add_argument("--gates", nargs="*", default=list(SHIPPED))
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("ship_code: needs a CUDA GPU (the code-* checkpoints are GPU-trained by definition)")
+        print("ship_code: needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained by definition)")
         return 2
     import minigate
 
     rows = {}
     for gate in args.gates:
-        run = Path(args.runs) / f"code-{gate}"
-        cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", "code", "--gate", gate, "--out", str(run),
+        run = Path(args.runs) / f"code-gpu-{gate}"
+        cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", "code-gpu", "--gate", gate, "--out", str(run),
                "--quiet"]
         if (run / "checkpoint.pt").exists() and not (run / "model" / "config.json").exists():
             cmd.append("--resume")

@@ -1,6 +1,6 @@
 """The GPU path of the package: `pytest -m gpu tests/gpu` on a CUDA machine (skipped without CUDA).
 
-fp16 autocast with a GradScaler (what a T4 uses), bf16, torch.compile, resume on CUDA, the `code`
+fp16 autocast with a GradScaler (what a T4 uses), bf16, torch.compile, resume on CUDA, the `code-gpu`
 preset through the command line, and the paper-format loader onto the GPU in half precision.
 """
 
@@ -92,7 +92,7 @@ def test_from_pretrained_onto_cuda_in_half_precision(tmp_path):
 def test_code_preset_on_cuda_through_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "3000000")
     out = tmp_path / "code"
-    assert main(["train", "--preset", "code", "--gate", "headwise", "--out", str(out), "--steps", "20",
+    assert main(["train", "--preset", "code-gpu", "--gate", "headwise", "--out", str(out), "--steps", "20",
                  "--quiet", "--set", "eval_every=10"]) == 0
     run = json.loads((out / "run.json").read_text())
     history = json.loads((out / "history.json").read_text())

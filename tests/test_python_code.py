@@ -102,3 +102,9 @@ def test_code_gpu_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path,
     history = json.loads((out / "history.json").read_text())
     assert [m["step"] for m in history["metrics"]] == [1, 2] and history["metrics"][-1]["m_act"] > 0
     assert minigate.from_pretrained(out / "model").cfg.gate_granularity == "elementwise"
+
+
+def test_python_code_info_names_no_path_of_this_machine():
+    info = data.python_code_info(SMALL)
+    assert info["roots"][0] == "stdlib" and set(info["roots"][1:]) <= {"site-packages"}
+    assert "/" not in json.dumps(info) and "\\\\" not in json.dumps(info)  # run.json travels with checkpoints

@@ -120,5 +120,7 @@ def _code_info(max_bytes: int) -> dict:
         b = p.read_bytes()
         h.update(hashlib.sha256(b).digest())
         total += len(b)
-    return {"python": sys.version.split()[0], "roots": [str(r) for r in CODE.roots()], "files": len(files),
+    # the kinds of folder read, not their paths: run.json files travel with shipped checkpoints
+    roots = ["stdlib" if i == 0 else "site-packages" for i, _ in enumerate(CODE.roots())]
+    return {"python": sys.version.split()[0], "roots": roots, "files": len(files),
             "bytes": total, "max_bytes": max_bytes, "sha256": h.hexdigest()}

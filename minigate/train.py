@@ -25,6 +25,7 @@ data sampler's generator, which is checkpointed, and the learning rate is a pure
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import platform
 import signal
@@ -139,24 +140,22 @@ def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | 
     return {"fp32": (None, False), "bf16": (torch.bfloat16, False), "fp16": (torch.float16, True)}[precision]
 
 
-_ALLOCATOR = {"tuned": False}
-
-
+@functools.cache
 def tune_cpu_allocator() -> bool:
     """Make glibc keep freed memory for reuse instead of handing it back to the kernel. A training step frees
     and re-allocates the same large tensors (logits, attention gradients); by default glibc maps each block
     over 128 KB afresh, and the kernel zeroes every new page on first touch: a quarter of a CPU step here
     (`python -m minigate.bench train` measures it). Process-wide and lasting (the process keeps its peak
     heap); Linux with glibc only. train() calls it on CPU. Returns whether the setting is in place."""
-    if not _ALLOCATOR["tuned"] and sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
-        try:
-            libc = ctypes.CDLL("libc.so.6")
-        except OSError:
-            return False
-        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4  # mallopt parameters, <malloc.h>
-        _ALLOCATOR["tuned"] = all(libc.mallopt(k, v) == 1 for k, v in (  # mallopt returns 1 on success
-            (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1), (M_TOP_PAD, 64 << 20)))
-    return _ALLOCATOR["tuned"]
+    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4  # mallopt parameters, <malloc.h>
+    return all(libc.mallopt(k, v) == 1 for k, v in (  # mallopt returns 1 on success; once per process (cached)
+        (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1), (M_TOP_PAD, 64 << 20)))
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:

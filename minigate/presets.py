@@ -119,16 +119,17 @@ PRESETS: dict[str, Preset] = {
                    max_seq_len=256),
         train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
                           eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
-    # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 8k tokens
-    # (33M tokens, about 0.7 of a pass); fp32 with train()'s tuned allocator, about 70 minutes per model on 2 cores.
-    # What it grows, and the pilots that vary it: docs/experiments.md sections 12-13
+    # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 4k tokens
+    # (16M tokens, about a third of a pass); lr constant after warmup, then a linear decay over the last 20% (wsd);
+    # fp32 with train()'s tuned allocator, about 35 minutes per model on 2 cores. The pilots that chose it and what
+    # it grows: docs/experiments.md section 13
     "code": Preset(
-        about="the natural-data recipe for 2 CPU cores: ~70 min per model (the code-* checkpoints' size)",
+        about="the natural-data recipe for 2 CPU cores: ~35 min per model (the code-* checkpoints)",
         corpus="python-code", probe="wikitext-2",
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
                    max_seq_len=512),
-        train=TrainConfig(steps=4000, batch_size=16, seq_len=512, lr=3e-3, warmup_steps=200, weight_decay=0.1,
-                          eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
+                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
     # ~6.2M parameters; the natural-data recipe for a GPU (docs/gpu.md): seq_len 512 on python-code, read about
     # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model. A T4 is a projection,
     # not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate)

@@ -26,6 +26,7 @@ from .config import ConfigError, ModelConfig
 from .model import Transformer
 from .presets import GATES, PRESETS, TrainConfig, check_context
 from .pretrained import atomic_write, save_tokenizer
+from .resources import DATA_DIR
 from .runfolder import RunLock, check_writable
 from .train import pick_device, pick_precision, train
 
@@ -69,6 +70,14 @@ def load_tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int 
                 data.task_rows(corpus, TASK_ROWS[1], seq_len, vocab_size, seed=2))
     tok = data.load_tokenizer(tokenizer_path)
     return (tok, *data.encode_corpus(corpus, tok))
+
+
+def _shown_path(path: Path) -> str:
+    """A path as run.json records it: relative to the course folder when inside it (no path of this machine)."""
+    try:
+        return Path(path).resolve().relative_to(DATA_DIR.parent.resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _recorded_run(out: Path, preset: str, gate: str) -> dict:
@@ -162,7 +171,7 @@ def execute(run: PresetRun, progress: bool = True, announce=print) -> History:
         torch.manual_seed(cfg.seed)  # the model's initial weights
         model = Transformer(model_cfg)
         info = dict(preset=run.preset, gate=run.gate, gate_config=model_cfg.describe_gate(), corpus=preset.corpus,
-                    tokenizer=None if run.tok is None else str(run.tokenizer),
+                    tokenizer=None if run.tok is None else _shown_path(run.tokenizer),
                     train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
         if "python-stdlib" in preset.corpus:
             info["python_stdlib"] = data.stdlib_info()

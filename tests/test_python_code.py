@@ -77,14 +77,15 @@ def test_code_gpu_preset_is_the_measured_gpu_recipe():
 
 
 def test_code_preset_is_the_measured_cpu_recipe():
-    # docs/experiments.md section 12: the recipe whose baseline grew a sink on 2 CPU cores
+    # docs/experiments.md section 13: the recipe of the shipped code-* checkpoints (pilot P4, carried on)
     p = PRESETS["code"]
     assert p.corpus == "python-code" and p.probe == "wikitext-2"
     cfg = minigate.train.model_config("code", "elementwise")
     sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
     assert sizes == (4, 128, 4, 32, 384, 512)
     t = p.train
-    assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (4000, 16, 512, 3e-3, 200, 0.1)
+    assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (4000, 8, 512, 3e-3, 100, 0.1)
+    assert (t.schedule, t.decay_frac, t.min_lr_ratio) == ("wsd", 0.2, 0.1)  # constant lr to step 3200, then down
     assert t.compile is False and t.precision == "auto"  # fp32 on a CPU
     assert 1.3e6 < minigate.Transformer(minigate.train.model_config("code")).num_params() < 1.45e6
 

@@ -29,20 +29,3 @@ def test_notebook_runner_reports_pass_failure_and_device(tmp_path):
     assert ok["ok"] and ok["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
     failed = check.run_notebook(str(bad), timeout=120)
     assert not failed["ok"] and failed["error"].startswith("cell 1:") and "y is not 3" in failed["error"]
-
-
-def test_ship_code_measures_and_thins_on_any_device():
-    import ship_code
-
-    import minigate
-    from minigate import data
-
-    prose = ship_code.prose_windows(data.DEFAULT_TOKENIZER)
-    assert prose.shape[1] == ship_code.PROSE_LEN and (prose[:, 0] == 0).all() and prose.shape[0] >= 50
-    history = minigate.shipped_run("text-baseline")["history"]
-    row = ship_code.measure(minigate.shipped("text-baseline"), prose[:4], history)
-    assert 0 < row["uniform"] < row["f_attn"] < 1 and row["f_attn_excess"] == row["f_attn"] - row["uniform"]
-    assert len(row["m_act_per_layer"]) == 4 and row["m_act"] == pytest.approx(sum(row["m_act_per_layer"]) / 4, abs=0.1)
-    thin = ship_code.thin(history, every=10)
-    assert thin["step"] == [s for s in history["step"] if s % 10 == 0] and thin["val_loss"] == history["val_loss"]
-    assert thin["metrics"] == history["metrics"]

@@ -1,0 +1,80 @@
+"""minigate.ship: measuring, thinning and shipping the natural-data checkpoints, and the bar it checks."""
+
+import json
+
+import pytest
+import torch
+
+import minigate
+from minigate import data, ship
+from minigate.cli import main
+from minigate.presets import model_config
+
+
+@pytest.fixture(scope="module")
+def prose():
+    return ship.prose_windows(data.DEFAULT_TOKENIZER)
+
+
+def test_prose_windows_are_held_out_bos_first_windows_of_512(prose):
+    assert prose.shape[1] == ship.PROSE_LEN and (prose[:, 0] == 0).all() and prose.shape[0] >= 50
+
+
+def test_measure_gives_the_papers_metrics_and_where_the_largest_head_is(prose):
+    torch.manual_seed(0)
+    model = minigate.Transformer(model_config("code", "headwise"))  # the shipped size, untrained
+    row = ship.measure(model, prose[:4], {"val_loss": [3.0]})
+    assert 0 < row["uniform"] < row["f_attn"] < 1 and row["f_attn_excess"] == row["f_attn"] - row["uniform"]
+    assert len(row["m_act_per_layer"]) == 4 and row["m_act"] == pytest.approx(sum(row["m_act_per_layer"]) / 4, abs=0.1)
+    layer, head = row["max_head_at"]
+    assert 0 <= layer < 4 and 0 <= head < 4 and row["val_loss_code"] == 3.0 and row["max_head"] >= max(row["f_attn_per_layer"]) - 1e-4
+
+
+def test_thin_keeps_every_tenth_step_and_all_evaluations():
+    history = minigate.shipped_run("text-baseline")["history"]
+    thin = ship.thin(dict(history, info={"tokenizer": "/home/someone/course/data/tokenizer.json"}), every=10)
+    assert thin["step"][:-1] == [s for s in history["step"] if s % 10 == 0][:len(thin["step"]) - 1]
+    assert thin["step"][-1] == history["step"][-1] and thin["val_loss"] == history["val_loss"]
+    assert thin["metrics"] == history["metrics"] and thin["info"]["tokenizer"] == "data/tokenizer.json"
+
+
+def row(excess, m_act, loss, head=0.3):
+    return {"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss, "max_head": head}
+
+
+def test_the_bar_passes_a_threefold_separation_and_names_each_failure():
+    base = row(0.06, 60, 2.00)
+    ok = ship.check_bar({"none": base, "headwise": row(0.02, 20, 2.02), "elementwise": row(0.01, 10, 1.9)}, "code")
+    assert all(holds for _, holds in ok) and len(ok) == 9
+    bad = dict(ship.check_bar({"none": row(0.02, 15, 2.0, head=0.2), "headwise": row(0.01, 20, 2.05)}, "code"))
+    assert not any(bad.values())  # each line fails on its own number
+    assert "headwise: val loss <= baseline + 0.02" in bad and "baseline M-Act >= 20" in bad
+    gpu = dict(ship.check_bar({"none": base, "elementwise": row(0.01, 10, 2.01)}, "code-gpu"))
+    assert not gpu["baseline M-Act >= 100"] and not gpu["elementwise: val loss <= baseline + 0.001"]
+
+
+def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypatch, prose):
+    monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "2000000")
+    run = tmp_path / "runs" / "code-elementwise"
+    shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
+    assert main(["train", "--preset", "code", "--gate", "elementwise", "--out", str(run), "--steps", "2",
+                 "--quiet", "--threads", "1", *shrink]) == 0
+    got = ship.ship_one(run, tmp_path / "ship" / "code-elementwise", prose[:2])
+    shipped = tmp_path / "ship" / "code-elementwise"
+    assert {"config.json", "model.safetensors", "run.json", "history.json", "tokenizer.json"} <= \
+        {p.name for p in shipped.iterdir()}
+    assert minigate.from_pretrained(shipped).cfg.gate_granularity == "elementwise"
+    assert got["steps"] == 2 and got["minutes"] > 0 and got["windows"] == 2
+    text = (shipped / "run.json").read_text() + (shipped / "history.json").read_text()
+    assert str(tmp_path) not in text and "/site-packages" not in text and str(data.DEFAULT_TOKENIZER) not in text
+    assert json.loads((shipped / "run.json").read_text())["python_code"]["roots"][0] == "stdlib"
+    bf16 = minigate.from_pretrained(shipped)
+    assert got["f_attn"] == pytest.approx(got["f_attn_fp32"], abs=0.01)  # bf16 weights measure like fp32 ones
+    assert bf16.cfg.max_seq_len == 512
+
+
+def test_the_gpu_recipe_refuses_a_machine_without_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert ship.main(["--preset", "code-gpu", "--runs", str(tmp_path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out

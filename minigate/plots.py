@@ -93,32 +93,44 @@ def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | 
     return fig
 
 
-def first_token_share(sinks: dict, threshold: float = 0.3, title: str = "Attention on the first token"):
-    """Per-layer F-Attn of several models ({name: SinkStats}), with every head as a dot."""
+def first_token_share(sinks: dict, threshold: float = 0.3, title: str = "Attention on the first token",
+                      uniform: float | None = None):
+    """Per-layer F-Attn of several models ({name: SinkStats}) as diamonds, every head as a dot; heads above
+    `threshold` (sink heads) ringed. `uniform`: the share uniform attention would give, drawn as a dashed line."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.6 / max(len(sinks), 1)
     for i, (name, s) in enumerate(sinks.items()):
-        layers = torch.arange(s.share.shape[0])
-        ax.plot(layers.tolist(), s.per_layer.tolist(), "o-", color=_color(name, i),
+        x = torch.arange(s.share.shape[0]) + (i - (len(sinks) - 1) / 2) * width  # models side by side per layer
+        ax.plot(x.tolist(), s.per_layer.tolist(), "D", ms=7, ls="none", color=_color(name, i),
                 label=f"{name}: F-Attn {s.f_attn:.3f}, sink rate {s.sink_rate:.0%}")
-        jitter = (i - (len(sinks) - 1) / 2) * 0.08
         for h in range(s.share.shape[1]):
-            ax.scatter((layers + jitter).tolist(), s.share[:, h].tolist(), s=8, color=_color(name, i), alpha=0.35)
-    ax.axhline(threshold, color="grey", ls=":", label=f"sink-head threshold {threshold}")
+            ax.scatter(x.tolist(), s.share[:, h].tolist(), s=10, color=_color(name, i), alpha=0.4)
+        sink = s.share > threshold  # (layer, head)
+        if sink.any():
+            layer, head = sink.nonzero(as_tuple=True)
+            ax.scatter(x[layer].tolist(), s.share[layer, head].tolist(), s=90, facecolors="none",
+                       edgecolors=_color(name, i), linewidths=1.5)
+    ax.axhline(threshold, color="grey", ls=":", label=f"sink-head threshold {threshold} (ringed: sink heads)")
+    if uniform is not None:
+        ax.axhline(uniform, color="black", ls="--", lw=1, label=f"uniform attention {uniform:.3f}")
     ax.set_xticks(range(max(s.share.shape[0] for s in sinks.values())))
-    ax.set(xlabel="layer", ylabel="mean attention on position 0", ylim=(0, 1), title=title)
+    top = max(max(s.share.max().item() for s in sinks.values()) * 1.15, threshold * 1.2)
+    ax.set(xlabel="layer", ylabel="mean attention on position 0", ylim=(0, min(1.0, top)), title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
 def massive_activations(acts: dict, title: str = "Largest residual activation per layer"):
-    """Per-layer max |residual| of several models ({name: ActivationStats}), log scale."""
+    """Per-layer max |residual| of several models ({name: ActivationStats}) as points, log scale."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.5 / max(len(acts), 1)
     for i, (name, a) in enumerate(acts.items()):
-        ax.plot(range(len(a.max_abs)), a.max_abs.tolist(), "o-", color=_color(name, i),
+        x = [L + (i - (len(acts) - 1) / 2) * width for L in range(len(a.max_abs))]
+        ax.plot(x, a.max_abs.tolist(), "o", ms=7, ls="none", color=_color(name, i),
                 label=f"{name}: M-Act {a.m_act:.1f}, peak {a.peak:.0f}")
     ax.set(xlabel="layer", ylabel="max |residual value|", yscale="log", title=title)
-    _integer_ticks(ax)
+    ax.set_xticks(range(max(len(a.max_abs) for a in acts.values())))
     _log_ticks(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()

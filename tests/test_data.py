@@ -32,7 +32,9 @@ def test_train_val_split_is_every_tenth_document():
 
 def test_wikitext_held_out_split_shares_no_article_with_training(capsys):
     train, val = data.load_documents("wikitext-2")
-    assert "local copy" in capsys.readouterr().out  # it says which source it read
+    said = capsys.readouterr().out
+    assert "local copy $MINIGATE_DATA_DIR/wikitext-2-raw/" in said  # it says which source it read,
+    assert os.environ["MINIGATE_DATA_DIR"] not in said  # with no path of this machine
     assert (len(train), len(val)) == (56, 6)
     titles = lambda docs: [d.splitlines()[0] for d in docs]
     assert len(set(titles(train) + titles(val))) == 62  # every article in exactly one part

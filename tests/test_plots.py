@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from minigate import ModelConfig, Transformer, plots  # noqa: E402
-from minigate.analysis import attention_sink, massive_activations  # noqa: E402
+from minigate.analysis import SinkStats, attention_sink, massive_activations  # noqa: E402
 from minigate.train import History  # noqa: E402
 
 TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
@@ -29,13 +29,19 @@ def models():
 
 def test_first_token_share_and_massive_activation_figures():
     ms = models()
-    fig = plots.first_token_share({k: attention_sink(m, TOKENS) for k, m in ms.items()})
+    sinks = {k: attention_sink(m, TOKENS) for k, m in ms.items()}
+    fig = plots.first_token_share(sinks, uniform=0.2, threshold=0.25)
     ax = fig.axes[0]
     assert ax.get_xlabel() == "layer" and "first token" in ax.get_title()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[0].startswith("baseline: F-Attn") and labels[1].startswith("headwise: F-Attn")
-    line = ax.get_lines()[0]  # the baseline's per-layer curve is the measured one
-    assert list(line.get_ydata()) == pytest.approx(attention_sink(ms["baseline"], TOKENS).per_layer.tolist())
+    line = ax.get_lines()[0]  # the baseline's per-layer points are the measured ones, not joined by a line
+    assert list(line.get_ydata()) == pytest.approx(sinks["baseline"].per_layer.tolist()) and line.get_linestyle() == "None"
+    assert any(t.startswith("uniform attention 0.200") for t in labels)
+    shares = SinkStats(share=torch.tensor([[0.9, 0.1, 0.2], [0.05, 0.4, 0.31]]))  # 3 heads above 0.3
+    ax = plots.first_token_share({"made up": shares}).axes[0]
+    ringed = [c for c in ax.collections if len(c.get_facecolors()) == 0]  # the sink heads' rings
+    assert sorted(y for c in ringed for _, y in c.get_offsets()) == pytest.approx([0.31, 0.4, 0.9])
     fig = plots.massive_activations({k: massive_activations(m, TOKENS) for k, m in ms.items()})
     assert fig.axes[0].get_yscale() == "log"
 

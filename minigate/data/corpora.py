@@ -109,7 +109,7 @@ def load_text(name: str, split: str, max_chars: int | None = None) -> str:
         text = path.read_text(encoding="utf-8")
         if max_chars is not None:
             text = text[:max_chars]
-        _say(f"{name} {split}: local copy {path}")
+        _say(f"{name} {split}: local copy $MINIGATE_DATA_DIR/{LOCAL[name].format(split=LOCAL_SPLIT[split])}")
     else:
         rows = _from_hub(name, split, max_chars)  # wikitext rows are lines, tinystories rows are stories
         sep = "" if name.startswith("wikitext") else "\n<|endoftext|>\n"  # as in the TinyStories .txt files

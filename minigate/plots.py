@@ -66,9 +66,10 @@ def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss")
 
 
 def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | str = "mean",
-                   title: str = "Attention patterns"):
+                   title: str = "Attention patterns", first_query: int = 0):
     """One panel per entry of {label: pattern (query_pos, key_pos)} or (head, query_pos, key_pos); with a
-    head dimension, `head` picks one head or "mean" averages them."""
+    head dimension, `head` picks one head or "mean" averages them. `first_query`: the position of the patterns'
+    first row, when they are the later queries of a longer input (pattern[first_query:, :n_keys])."""
     n = len(patterns)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
@@ -79,7 +80,8 @@ def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | 
         p = p.detach().float().cpu()
         if p.dim() == 3:
             p = p.mean(0) if head == "mean" else p[head]
-        im = ax.imshow(p.numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        extent = (-0.5, p.shape[1] - 0.5, first_query + p.shape[0] - 0.5, first_query - 0.5)
+        im = ax.imshow(p.numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest", extent=extent)
         ax.set_title(f"{label}\nfirst-token share {p[:, 0].mean():.2f}", fontsize=9)
         if i // cols == rows - 1 or i + cols >= n:  # bottom panel of its column
             ax.set_xlabel("key position")

@@ -148,3 +148,6 @@ def test_f_attn_m_act_reference_matches_analysis():
     f_attn, m_act = checks.reference_f_attn_m_act(cache, 3)
     assert f_attn == pytest.approx(attention_sink(model, tokens).f_attn, rel=1e-5)
     assert m_act == pytest.approx(massive_activations(model, tokens).m_act, rel=1e-5)
+    values, where = checks.reference_locate_massive(cache, 3)  # the same places as the package finds
+    acts = massive_activations(model, tokens)
+    assert torch.allclose(values, acts.max_abs, rtol=1e-5) and torch.equal(where, acts.where)

@@ -55,6 +55,8 @@ def test_attention_maps_one_panel_per_pattern():
     img = panels[1].get_images()[0].get_array()
     assert img.shape == (16, 16)
     assert torch.allclose(torch.tensor(img.data), patterns["layer 1"].mean(0), atol=1e-6)
+    late = plots.attention_maps({"late queries": patterns["layer 0"][0, 10:, :4]}, first_query=10)
+    assert late.axes[0].get_ylim() == (15.5, 9.5) and late.axes[0].get_xlim() == (-0.5, 3.5)  # rows 10-15 named so
 
 
 def test_loss_curves_and_training_metric():

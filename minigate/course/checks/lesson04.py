@@ -1,4 +1,5 @@
-"""Lesson 04's checks: F-Attn and M-Act from a cache, and where a head parks its attention, part by part."""
+"""Lesson 04's checks: where the massive activation sits, F-Attn and M-Act from a cache, and where a head parks its
+attention, part by part."""
 
 from __future__ import annotations
 
@@ -8,7 +9,61 @@ import torch
 
 from .engine import check, randn
 
-EXERCISES = ("f_attn_m_act", "bos_share_by_part")  # its check cells, in the lesson's order
+EXERCISES = ("locate_massive", "f_attn_m_act", "bos_share_by_part")  # its check cells, in the lesson's order
+
+# ── where the massive activation sits ─────────────────────────────────────────────────────
+
+def reference_locate_massive(cache, n_layers):
+    """-> (values (layer,), where (layer, 3) long): each layer's largest |residual stream| value after the block
+    (hook_resid_post, (batch, pos, d_model)) and its (prompt, position, dimension), as massive_activations() gives."""
+    return _locate_massive(cache, n_layers)
+
+
+def _locate_massive(cache, n_layers, absolute=True, order=(0, 1, 2), only_first=False, hook="hook_resid_post"):
+    values, where = [], []
+    for layer in range(n_layers):
+        r = cache[f"blocks.{layer}.{hook}"].float()  # (batch, pos, d_model)
+        a = r.abs() if absolute else r
+        if only_first:
+            a = a[:, :1]
+        flat = int(a.flatten().argmax())
+        idx = [int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)]  # (prompt, position, dimension)
+        values.append(a.flatten()[flat])
+        where.append(torch.tensor([idx[i] for i in order]))
+    return torch.stack(values), torch.stack(where)
+
+
+def _resid_cache(seed: int, n_layers: int = 3, batch: int = 2, pos: int = 7, d: int = 8) -> dict:
+    """A made-up cache: random residuals, one planted large negative value and one large value off position 0."""
+    cache = {}
+    for layer in range(n_layers):
+        r = randn(batch, pos, d, seed=seed * 10 + layer)
+        r[1, 0, 3] = -9.0 - layer  # the layer's largest |value| is negative, at <bos> of prompt 1
+        r[0, 4, 5] = 6.0 + layer   # the largest positive value, off position 0
+        cache[f"blocks.{layer}.hook_resid_pre"] = randn(batch, pos, d, seed=seed * 10 + layer + 5) * 20
+        cache[f"blocks.{layer}.hook_resid_post"] = r
+    return cache
+
+
+def locate_massive(fn: Callable) -> Callable:
+    """fn(cache from run_with_cache, n_layers) -> (values (layer,), where (layer, 3)); see reference_locate_massive."""
+    cache = _resid_cache(2, n_layers=2, batch=3, pos=5, d=6)
+    for layer in range(2):  # here the largest |value| is off position 0 and positive
+        cache[f"blocks.{layer}.hook_resid_post"][2, 3, 1] = 20.0 + layer
+    cases = [("3 layers, planted at <bos> of prompt 1", (_resid_cache(0), 3)),
+             ("2 layers, planted at position 3 of prompt 2", (cache, 2))]
+    mistakes = [
+        (lambda c, n: _locate_massive(c, n, absolute=False),
+         "take absolute values: a massive activation is often large and negative"),
+        (lambda c, n: _locate_massive(c, n, order=(1, 0, 2)),
+         "give each place as (prompt, position, dimension), in that order (unravel the flat index over (batch, pos, d_model))"),
+        (lambda c, n: _locate_massive(c, n, only_first=True),
+         "search every position, not only <bos>: where it sits is what we want to find out"),
+        (lambda c, n: _locate_massive(c, n, hook="hook_resid_pre"),
+         "read the residual stream *after* each block: blocks.{L}.hook_resid_post"),
+    ]
+    return check("locate_massive", fn, reference_locate_massive, cases, mistakes, atol=1e-6, rtol=1e-5)
+
 
 # ── F-Attn and M-Act from a cache ─────────────────────────────────────────────────────────
 

@@ -32,13 +32,14 @@ PROSE_LEN = 512
 BARS = {"code": dict(m_act=20, loss_slack=0.02), "code-gpu": dict(m_act=100, loss_slack=1e-3)}
 
 
-def prose_windows(tokenizer_path, n: int = 64) -> torch.Tensor:
-    """Held-out WikiText-2 (the wikitext-2 corpus' validation articles) cut into <bos>-first windows of 512."""
+def prose_windows(tokenizer_path, limit: int | None = None) -> torch.Tensor:
+    """Held-out WikiText-2 (the wikitext-2 corpus' validation articles) cut into <bos>-first windows of 512
+    (batch, 512): all 75 of them, or the first `limit`."""
     from . import data
 
     tok = data.load_tokenizer(tokenizer_path)
     ids = data.encode(data.load_documents("wikitext-2")[1], tok)
-    return torch.cat([x for x, _ in data.eval_batches(ids, n, PROSE_LEN, 0)])
+    return torch.cat([x for x, _ in data.eval_batches(ids, 64, PROSE_LEN, 0)])[:limit]
 
 
 def measure(model, prose: torch.Tensor, history: dict) -> dict:
@@ -146,8 +147,6 @@ def main(argv=None) -> int:
     if args.preset == "code-gpu" and not torch.cuda.is_available():
         print("minigate.ship: --preset code-gpu needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained)")
         return 2
-    import minigate
-
     rows, prose = {}, None
     for gate in args.gates:
         run = Path(args.runs) / f"{args.preset}-{gate}"

@@ -63,7 +63,8 @@ def test_save_tokenizer_over_its_own_copy_and_without_bos(tmp_path):
         minigate.save_tokenizer(tmp_path / "missing.json", tmp_path)
 
 
-@pytest.mark.parametrize("name", ["text-baseline", "text-headwise", "text-elementwise"])
+@pytest.mark.parametrize("name", ["text-baseline", "text-headwise", "text-elementwise",
+                                  "code-baseline", "code-headwise", "code-elementwise"])
 def test_shipped_text_models_carry_the_tokenizer_config(name):
     from minigate.pretrained import tokenizer_config
 

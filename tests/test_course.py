@@ -255,3 +255,7 @@ def test_study_minutes_counts_prose_code_and_exercises(dirs):
     assert course.study_minutes(nb) == base + 10
     nb.cells.append(new_markdown_cell("## Deep dive (optional)\n" + "word " * 1200))  # optional: not counted
     assert course.study_minutes(nb) == base + 10
+    table = new_code_cell("print(table)")
+    table.outputs = [nbformat.v4.new_output("stream", name="stdout", text="0.1 0.2\n" * 200)]  # 200 lines to read
+    nb.cells.append(table)
+    assert course.study_minutes(nb) == base + 20

@@ -10,10 +10,11 @@ from .build import ANSWERS, STUB, stub_source
 
 
 def study_minutes(nb: nbformat.NotebookNode) -> int:
-    """A lesson's study time in minutes: prose at 120 words a minute, code at 6 lines a minute, 10 minutes per
-    exercise and 5 for the self-check, rounded to 5. Counted on the lesson (stubs, not answers), without the header
-    line, the set-up cell, the deep dive and the self-check."""
-    words = lines = exercises = 0
+    """A lesson's study time in minutes: prose at 120 words a minute, code at 6 lines a minute, printed output at 20
+    lines a minute (tables of numbers are read, not skimmed), 10 minutes per exercise and 5 for the self-check, rounded
+    to 5. Counted on the lesson (stubs, not answers), without the header line, the set-up cell, the deep dive and the
+    self-check."""
+    words = lines = exercises = output = 0
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
         if cell.cell_type == "markdown":
@@ -23,6 +24,8 @@ def study_minutes(nb: nbformat.NotebookNode) -> int:
         elif "setup" not in tags:
             source, n = stub_source(cell.source)
             lines += len(source.splitlines())
+            output += sum(len(o.get("text", "").splitlines())
+                          for o in cell.get("outputs", []) if o.get("output_type") == "stream")
             exercises += n + source.count(STUB[1]) * (n == 0)
-    minutes = words / 120 + lines / 6 + 10 * exercises + 5
+    minutes = words / 120 + lines / 6 + output / 20 + 10 * exercises + 5
     return 5 * round(minutes / 5)

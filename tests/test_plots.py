@@ -36,7 +36,8 @@ def test_first_token_share_and_massive_activation_figures():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[0].startswith("baseline: F-Attn") and labels[1].startswith("headwise: F-Attn")
     line = ax.get_lines()[0]  # the baseline's per-layer points are the measured ones, not joined by a line
-    assert list(line.get_ydata()) == pytest.approx(sinks["baseline"].per_layer.tolist()) and line.get_linestyle() == "None"
+    assert list(line.get_ydata()) == pytest.approx(sinks["baseline"].per_layer.tolist())
+    assert line.get_linestyle() == "None"
     assert any(t.startswith("uniform attention 0.200") for t in labels)
     shares = SinkStats(share=torch.tensor([[0.9, 0.1, 0.2], [0.05, 0.4, 0.31]]))  # 3 heads above 0.3
     ax = plots.first_token_share({"made up": shares}).axes[0]

@@ -56,7 +56,8 @@ def locate_massive(fn: Callable) -> Callable:
         (lambda c, n: _locate_massive(c, n, absolute=False),
          "take absolute values: a massive activation is often large and negative"),
         (lambda c, n: _locate_massive(c, n, order=(1, 0, 2)),
-         "give each place as (prompt, position, dimension), in that order (unravel the flat index over (batch, pos, d_model))"),
+         "give each place as (prompt, position, dimension), in that order "
+         "(unravel the flat index over (batch, pos, d_model))"),
         (lambda c, n: _locate_massive(c, n, only_first=True),
          "search every position, not only <bos>: where it sits is what we want to find out"),
         (lambda c, n: _locate_massive(c, n, hook="hook_resid_pre"),

@@ -56,6 +56,12 @@ def _lr_zero_division(step, cfg):
     return warm if step <= cfg.warmup_steps else lr_at(step, cfg)
 
 
+def _noop_query_head_as_value_head(model, tokens, layer, head):  # ignores GQA: raises on a model with 2 value heads
+    _, cache = model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_v")
+    v = cache[f"blocks.{layer}.attn.hook_v"][:, :, head]
+    return l4._bos_noop_test(model, tokens, layer, head) if v is not None else None
+
+
 def _ranked_items(results, kind="open"):  # sorted (name, Perplexity) pairs: not (layer, damage)
     return sorted(((n, r) for n, r in results.items() if n.endswith(kind)), key=lambda p: -p[1].loss)
 
@@ -143,6 +149,13 @@ MUTATIONS = [
      "over the wrong axis"),
     ("next_token_loss", "F.cross_entropy on (b, t, v)", lambda lg, tk: F.cross_entropy(lg[:, :-1], tk[:, 1:]),
      "wants the vocabulary on axis 1"),
+    ("bos_noop_test", "<bos> in the denominator", lambda *a: l4._bos_noop_test(*a, others_from=0), "*other* positions"),
+    ("bos_noop_test", "every position replaced", lambda *a: l4._bos_noop_test(*a, where="all"), "at <bos> only"),
+    ("bos_noop_test", "every head replaced", lambda *a: l4._bos_noop_test(*a, which_heads="all"), "of one head only"),
+    ("bos_noop_test", "losses, not changes", lambda *a: l4._bos_noop_test(*a, difference=False), "*change*"),
+    ("bos_noop_test", "mean over <bos> too", lambda *a: l4._bos_noop_test(*a, mean_from=0), "not from <bos> itself"),
+    ("bos_noop_test", "query head indexes hook_v", _noop_query_head_as_value_head, "value head"),
+    ("bos_noop_test", "ratio only", lambda *a: l4._bos_noop_test(*a)[0], None),
     ("locate_massive", "signed max", lambda c, n: l4._locate_massive(c, n, absolute=False), "absolute values"),
     ("locate_massive", "position first", lambda c, n: l4._locate_massive(c, n, order=(1, 0, 2)), "in that order"),
     ("locate_massive", "<bos> only", lambda c, n: l4._locate_massive(c, n, only_first=True), "every position"),

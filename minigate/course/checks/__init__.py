@@ -13,8 +13,8 @@ from .lesson01 import attention_with_null, causal_attention, reference_attention
 from .lesson02 import (g1_gate, gate_param_count, gated_output, reference_g1_gate, reference_gate_param_count,
                        reference_gated_output, reference_split_q_proj, split_q_proj)
 from .lesson03 import lr_schedule, next_token_loss, reference_next_token_loss
-from .lesson04 import (bos_share_by_part, f_attn_m_act, locate_massive, reference_bos_share_by_part,
-                       reference_f_attn_m_act, reference_locate_massive)
+from .lesson04 import (bos_noop_test, bos_share_by_part, f_attn_m_act, locate_massive, reference_bos_noop_test,
+                       reference_bos_share_by_part, reference_f_attn_m_act, reference_locate_massive)
 from .lesson05 import first_rest_ratio, read_gates, reference_first_rest_ratio, reference_read_gates
 from .lesson06 import gate_override, rank_layers, reference_gate_override, reference_rank_layers
 from .lesson07 import param_count, reference_param_count, reference_t4_minutes, t4_minutes
@@ -28,10 +28,12 @@ __all__ = [
     "EXERCISES", "GRADING_ENV", "LESSONS", "NOT_ATTEMPTED_RE", "PASSED_RE", "Mismatch", "check", "grading",
     "not_attempted_message", "not_implemented_notice",
     "causal_attention", "attention_with_null", "g1_gate", "gated_output", "gate_param_count", "split_q_proj",
-    "lr_schedule", "next_token_loss", "locate_massive", "f_attn_m_act", "bos_share_by_part", "read_gates",
+    "lr_schedule", "next_token_loss", "locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part",
+    "read_gates",
     "first_rest_ratio",
     "gate_override", "rank_layers", "param_count", "t4_minutes", "loss_spikes", "qwen3_next_q_proj",
-    "reference_attention_with_null", "reference_bos_share_by_part", "reference_causal_attention",
+    "reference_attention_with_null", "reference_bos_noop_test", "reference_bos_share_by_part",
+    "reference_causal_attention",
     "reference_f_attn_m_act", "reference_first_rest_ratio", "reference_g1_gate", "reference_gate_override",
     "reference_gate_param_count", "reference_gated_output", "reference_locate_massive",
     "reference_loss_spikes", "reference_next_token_loss",

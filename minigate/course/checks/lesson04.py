@@ -1,5 +1,5 @@
-"""Lesson 04's checks: where the massive activation sits, F-Attn and M-Act from a cache, and where a head parks its
-attention, part by part."""
+"""Lesson 04's checks: where the massive activation sits, whether a <bos>-attending head is a no-op, F-Attn and M-Act
+from a cache, and where a head parks its attention, part by part."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from .engine import check, randn
 
-EXERCISES = ("locate_massive", "f_attn_m_act", "bos_share_by_part")  # its check cells, in the lesson's order
+EXERCISES = ("locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part")  # check cells, in lesson order
 
 # ── where the massive activation sits ─────────────────────────────────────────────────────
 
@@ -156,3 +156,84 @@ def bos_share_by_part(fn: Callable) -> Callable:
          "keep one number per head: average over batch and queries only"),
     ]
     return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, mistakes, atol=1e-6, rtol=1e-5)
+
+
+# ── is a <bos> head a no-op? ──────────────────────────────────────────────────────────────
+
+def reference_bos_noop_test(model, tokens, layer, head):
+    """tokens (batch, pos), <bos> first -> (value_ratio, d_zero, d_mean), floats, for one head of one layer:
+    value_ratio: mean |v| at <bos> / mean |v| at the other positions (the head's value vectors, hook_v);
+    d_zero: the change of the mean next-token loss (nats) when the head's value at <bos> is set to zero;
+    d_mean: the same when it is replaced by the mean of the head's values at the other positions.
+    A no-op sink reads a value near zero (small ratio), so neither replacement changes the loss."""
+    return _bos_noop_test(model, tokens, layer, head)
+
+
+def _bos_noop_test(model, tokens, layer, head, others_from=1, where="bos", which_heads="one", difference=True,
+                   mean_from=1):
+    import torch.nn.functional as F
+
+    name = f"blocks.{layer}.attn.hook_v"
+    kv = head // (model.cfg.n_heads // model.cfg.n_kv_heads)  # the value head this query head reads
+    heads = slice(None) if which_heads == "all" else kv
+    positions = 0 if where == "bos" else slice(None)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=name)
+        v = cache[name][:, :, kv].float()  # (batch, pos, d_head)
+        norms = v.norm(dim=-1)  # (batch, pos)
+        ratio = (norms[:, 0].mean() / norms[:, others_from:].mean()).item()
+        mean_v = cache[name][:, mean_from:, heads].mean((0, 1))  # (d_head,) or (kv_head, d_head)
+
+        def loss(hooks):
+            logits = model.run_with_hooks(tokens, fwd_hooks=hooks)  # (batch, pos, vocab)
+            return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten()).item()
+
+        def replace(value):
+            def hook(v, hook):  # v (batch, pos, kv_head, d_head)
+                v = v.clone()
+                v[:, positions, heads] = value
+                return v
+            return [(name, hook)]
+
+        base = loss([])
+        zero, mean = loss(replace(0.0)), loss(replace(mean_v))
+    return (ratio, zero - base, mean - base) if difference else (ratio, zero, mean)
+
+
+def _noop_case(seed: int, gate: str, n_kv_heads: int = 4):
+    from ... import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, head_dim=8, d_ff=48,
+                      gate=gate)
+    model = Transformer(cfg).eval()
+    for p in model.parameters():  # larger weights than at initialisation, so every ablation moves the loss
+        p.data.mul_(3.0)
+    tokens = torch.randint(1, 40, (3, 12), generator=torch.Generator().manual_seed(seed))
+    tokens[:, 0] = 0  # <bos>
+    return model, tokens
+
+
+def bos_noop_test(fn: Callable) -> Callable:
+    """fn(model, tokens (batch, pos), layer, head) -> (value_ratio, d_zero, d_mean); see reference_bos_noop_test."""
+    m0, t0 = _noop_case(0, "none")
+    m1, t1 = _noop_case(1, "G1")
+    m2, t2 = _noop_case(2, "none", n_kv_heads=2)
+    cases = [("tiny baseline, layer 1 head 2", (m0, t0, 1, 2)), ("tiny gated model, layer 0 head 1", (m1, t1, 0, 1)),
+             ("tiny GQA model (2 value heads), layer 1 head 3", (m2, t2, 1, 3))]
+    mistakes = [
+        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, others_from=0),
+         "compare |v| at <bos> with the *other* positions (1, 2, ...): leave <bos> out of the denominator"),
+        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, where="all"),
+         "replace the value at <bos> only (position 0): the other positions keep theirs"),
+        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, which_heads="all"),
+         "replace the value of one head only: hook_v is (batch, pos, kv_head, d_head), index the head's axis"),
+        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, difference=False),
+         "return the *change* of the loss (ablated minus unchanged), not the ablated loss itself"),
+        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, mean_from=0),
+         "the mean value comes from the other positions (1, 2, ...), not from <bos> itself"),
+    ]
+    raises = [(r"IndexError: index \d+ is out of bounds for dimension 2",
+               "hook_v has n_kv_heads value heads: with grouped-query attention, query head h reads value head "
+               "h // (model.cfg.n_heads // model.cfg.n_kv_heads)")]
+    return check("bos_noop_test", fn, reference_bos_noop_test, cases, mistakes, atol=1e-5, rtol=1e-4, raises=raises)

@@ -117,9 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a preset model",
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
-                   help="ci: 2 CPU cores, ~1 min; code: the natural-data recipe for a GPU (~1.5 min on an "
-                        "H100); copy: the sink demonstration (copy task, ~5 min); "
-                        "induction: the same without <bos> (~9 min); text: the CPU natural-text checkpoints (~15 min)")
+                   help="; ".join(f"{name}: {PRESETS[name].about}" for name in PRESET_NAMES))
     t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")

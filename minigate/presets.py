@@ -113,7 +113,7 @@ PRESETS: dict[str, Preset] = {
     # ~1.3M parameters; the course's natural-text checkpoints (data/checkpoints/text-*): python-stdlib +
     # WikiText-2, 1500 steps x 4k tokens, about 15 minutes per model on 2 CPU cores
     "text": Preset(
-        about="the course's natural-text checkpoints: ~15 minutes per model on 2 CPU cores",
+        about="the earlier natural-text checkpoints (text-*, lesson 08): ~15 minutes per model on 2 CPU cores",
         corpus="python-stdlib+wikitext-2",
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
                    max_seq_len=256),
@@ -121,10 +121,10 @@ PRESETS: dict[str, Preset] = {
                           eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
     # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 4k tokens
     # (16M tokens, about a third of a pass); lr constant after warmup, then a linear decay over the last 20% (wsd);
-    # fp32 with train()'s tuned allocator, about 35 minutes per model on 2 cores. The pilots that chose it and what
-    # it grows: docs/experiments.md section 13
+    # fp32 with train()'s tuned allocator, about 35-40 minutes per model on 2 cores. The pilots that chose it and what
+    # it grows: docs/experiments.md sections 13-14
     "code": Preset(
-        about="the natural-data recipe for 2 CPU cores: ~35 min per model (the code-* checkpoints)",
+        about="the natural-data recipe for 2 CPU cores: ~35-40 min per model (the code-* checkpoints)",
         corpus="python-code", probe="wikitext-2",
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
                    max_seq_len=512),

@@ -1,6 +1,6 @@
 """Train, measure and ship the natural-data checkpoints: data/checkpoints/code-* (CPU recipe) or code-gpu-* (GPU).
 
-    python -m minigate.ship --preset code      # 2 CPU cores, about 35 minutes per model; resumes a run folder
+    python -m minigate.ship --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
     python -m minigate.ship --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
 
 1. `minigate train --preset P --gate G --out runs/P-G` for G in none, headwise, elementwise, one at a time

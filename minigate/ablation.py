@@ -34,14 +34,19 @@ output (`blocks.L.hook_attn_out`, after the gate and o_proj) or MLP output (`blo
                   the direction (content) stays, the input-dependent magnitude is pinned, which is
                   what a clamped gate does to a head's output.
 Measured constants (means, norms) always come from the unmodified model on the chunks being scored.
+
+Beyond the gates: `forbid_bos` forbids attention to `<bos>` (key 0) in one layer, or one head of it (a plain
+hook, not an Edit: `sweep` runs it unbatched), and `rank_layers` orders a sweep's per-layer conditions by the
+damage they do, in nats.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -251,6 +256,28 @@ def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[s
     return [(_gate_name(layer), Edit("set", _gate_value(model, value), head=int(head)))]
 
 
+# -- beyond the gates: attention to <bos> forbidden ------------------------------------------------------
+def forbid_bos(model, layer: int, head: int | None = None) -> list[tuple[str, Callable]]:
+    """Attention to `<bos>` (key 0) forbidden in layer `layer` (only in head `head`, if given): on
+    `blocks.{layer}.attn.hook_pattern` (batch, head, query, key), every query but query 0 gets weight 0 on key 0
+    and its row is renormalised over the remaining keys; query 0 can only attend to itself and keeps it. Works on
+    any model, gated or not. The hook is a plain function, not an Edit: `sweep` runs it one condition at a time.
+    Combine layers by adding the lists: `sum((forbid_bos(model, L) for L in range(n_layers)), [])`."""
+    layer = check_layer(model, layer)
+    n = model.cfg.n_heads
+    if head is not None and (not isinstance(head, numbers.Integral) or isinstance(head, bool) or not 0 <= head < n):
+        raise ValueError(f"head {head!r} is out of range: the model has {n} query heads per layer, use 0..{n - 1}")
+    heads = slice(None) if head is None else int(head)
+
+    def forbid(pattern: torch.Tensor, hook=None) -> torch.Tensor:
+        p = pattern.clone()
+        p[:, heads, 1:, 0] = 0
+        total = p.sum(-1, keepdim=True)  # a row whose other keys all underflowed to 0 stays 0 rather than 0/0
+        return torch.where(total > 0, p / total, p)
+
+    return [(get_act_name("pattern", layer), forbid)]
+
+
 # -- measured constants: means and norms on the unmodified model -------------------------------------------
 @dataclass
 class Moments:
@@ -447,3 +474,19 @@ def sweep(model, chunk_ids: torch.Tensor, conditions: dict[str, list], batched: 
         for n in looped:
             losses[n] = _looped_losses(model, chunk_ids, list(conditions[n]), max_batch, bar)
     return {n: _result(losses[n], chunk_ids.shape[1] - 1, ci, n_boot) for n in names}
+
+
+# -- reading results ------------------------------------------------------------------------------------
+def rank_layers(results: dict[str, Perplexity], kind: str = "open") -> list[tuple[int, float]]:
+    """[(layer, damage)], most damaging first, for a sweep's per-layer conditions.
+
+    `results` is a sweep's {condition name: Perplexity} with a "learned" entry; the conditions ranked are the
+    ones named exactly "L{layer} {kind}" (as `layer_conditions` names them: kind "open" or "closed", or any word
+    of `layer_conditions(values=...)`); others, such as "L0H3 closed" or "gates=0.5", are ignored. Damage is the
+    loss increase over the learned model in nats per token, r.loss - learned.loss = ln(ppl / ppl_learned)."""
+    if "learned" not in results:
+        raise ValueError("results need a 'learned' entry (the unmodified model) to measure damage against")
+    base = results["learned"].loss
+    pattern = re.compile(rf"L(\d+) {re.escape(kind)}")
+    ranked = [(int(m[1]), r.loss - base) for name, r in results.items() if (m := pattern.fullmatch(name))]
+    return sorted(ranked, key=lambda pair: pair[1], reverse=True)

@@ -135,6 +135,63 @@ def test_controls_change_the_targeted_output_as_documented():
     assert s > 1.2  # random-init gates sit near 0.5: opening them enlarges the output
 
 
+# -- forbidding <bos> ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gate, head", [("none", None), ("G1", None), ("G1", 2)])
+def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, head):
+    model, c = model_for(gate=gate), ab.chunks(TOKENS, 3, 16)
+    hooks = ab.forbid_bos(model, 1, head)
+    assert [name for name, _ in hooks] == ["blocks.1.attn.hook_pattern"]
+    clean, forbidden = cached(model, [], c), cached(model, hooks, c)
+    torch.testing.assert_close(forbidden["blocks.0.attn.hook_pattern"], clean["blocks.0.attn.hook_pattern"])
+    before, after = clean["blocks.1.attn.hook_pattern"], forbidden["blocks.1.attn.hook_pattern"]  # (b, head, q, k)
+    heads = list(range(4)) if head is None else [head]
+    others = [h for h in range(4) if h not in heads]
+    torch.testing.assert_close(after[:, others], before[:, others])
+    a, b = after[:, heads], before[:, heads]
+    assert (a[:, :, 1:, 0] == 0).all() and (a[:, :, 0, 0] == 1).all()  # query 0 keeps its only key
+    torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))
+    torch.testing.assert_close(a[:, :, 1:, 1:], b[:, :, 1:, 1:] / (1 - b[:, :, 1:, :1]))  # the others, rescaled
+    assert (forbidden["blocks.2.hook_attn_out"] - clean["blocks.2.hook_attn_out"]).abs().max() > 1e-3  # downstream
+    every = ab.perplexity(model, c, sum((ab.forbid_bos(model, L) for L in range(3)), []), ci=False)
+    assert every.loss != pytest.approx(ab.perplexity(model, c, ci=False).loss, abs=1e-4)
+
+
+def test_forbid_bos_rows_with_nothing_but_bos_stay_zero():
+    pattern = torch.zeros(1, 2, 3, 3)
+    pattern[..., 0] = 1.0  # every query on <bos> alone: nothing left to renormalise over
+    (_, forbid), = ab.forbid_bos(model_for(), 0)
+    out = forbid(pattern)
+    assert not out.isnan().any() and (out[:, :, 1:] == 0).all() and (out[:, :, 0, 0] == 1).all()
+
+
+# -- reading results --------------------------------------------------------------------------------------
+def _ppl(loss: float) -> ab.Perplexity:
+    losses = torch.tensor([loss - 0.1, loss + 0.1], dtype=torch.float64)
+    return ab.Perplexity(ppl=math.exp(loss), chunk_losses=losses, ci=None, n_tokens=32)
+
+
+def test_rank_layers_orders_exactly_the_named_layer_conditions_by_nats():
+    results = {"learned": _ppl(3.0), "L0 open": _ppl(3.5), "L1 open": _ppl(5.0), "L10 open": _ppl(4.0),
+               "L2 closed": _ppl(9.0), "L0H3 open": _ppl(12.0), "gates=0.5": _ppl(8.0), "L1 opened": _ppl(11.0)}
+    ranked = ab.rank_layers(results)
+    assert [L for L, _ in ranked] == [1, 10, 0]  # two-digit layers parsed; head and other conditions ignored
+    assert [d for _, d in ranked] == pytest.approx([2.0, 1.0, 0.5])
+    assert ab.rank_layers(results, "closed") == [(2, pytest.approx(6.0))]
+    assert ab.rank_layers({"learned": _ppl(3.0)}) == []
+    with pytest.raises(ValueError, match="'learned' entry"):
+        ab.rank_layers({"L0 open": _ppl(3.0)})
+
+
+def test_rank_layers_on_a_sweep_is_the_log_perplexity_ratio():
+    model, c = model_for("elementwise"), ab.chunks(TOKENS, 4, 16)
+    results = ab.sweep(model, c, {"learned": [], **ab.layer_conditions(model)}, ci=False, progress=False)
+    ranked = ab.rank_layers(results, "closed")
+    want = sorted(((L, math.log(results[f"L{L} closed"].ppl / results["learned"].ppl)) for L in range(3)),
+                  key=lambda pair: -pair[1])
+    assert [L for L, _ in ranked] == [L for L, _ in want]
+    assert [d for _, d in ranked] == pytest.approx([d for _, d in want], abs=1e-9)
+
+
 # -- the batched sweep ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gran", GRANS)
 def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
@@ -174,6 +231,10 @@ def test_bad_requests_name_the_fix():
             ab.force_layer(gated, bad, 1.0)
     with pytest.raises(ValueError, match=r"head 4 is out of range.*use 0\.\.3"):
         ab.close_head(gated, 0, 4)
+    with pytest.raises(ValueError, match=r"head 4 is out of range.*use 0\.\.3"):
+        ab.forbid_bos(plain, 0, 4)
+    with pytest.raises(ValueError, match=r"layer 3 is out of range"):
+        ab.forbid_bos(plain, 3)
     with pytest.raises(ValueError, match="trained for max_seq_len=32.*use chunk_len <= 32"):
         ab.chunks(TOKENS, 2, 33, model=gated)
     with pytest.raises(ValueError, match="max_seq_len=32"):

@@ -62,12 +62,16 @@ def _noop_query_head_as_value_head(model, tokens, layer, head):  # ignores GQA: 
     return l4._bos_noop_test(model, tokens, layer, head) if v is not None else None
 
 
-def _ranked_items(results, kind="open"):  # sorted (name, Perplexity) pairs: not (layer, damage)
-    return sorted(((n, r) for n, r in results.items() if n.endswith(kind)), key=lambda p: -p[1].loss)
-
-
 def _override_one_pair(model, layer, value, head=None):
     return checks.reference_gate_override(model, layer, value, head)[0]
+
+
+def _forbid_with_none_as_head(model, layer, head=None):  # lesson 01's one-head hook: pattern[:, None] adds an axis
+    def hook(pattern, hook):
+        pattern = pattern.clone()
+        pattern[:, head, 1:, 0] = 0
+        return pattern / pattern.sum(-1, keepdim=True)
+    return [(f"blocks.{layer}.attn.hook_pattern", hook)]
 
 
 ref = {name: REFERENCES[name] for name in checks.EXERCISES}
@@ -212,17 +216,25 @@ MUTATIONS = [
     ("gate_override", "whole layer", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, whole_layer=True),
      "the whole layer"),
     ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
-    ("rank_layers", "ascending", lambda r, k="open": l6._rank_layers(r, k, descending=False), "descending"),
-    ("rank_layers", "layers only", lambda r, k="open": l6._rank_layers(r, k, pairs=False), "not only the layers"),
-    ("rank_layers", "ppl difference", lambda r, k="open": l6._rank_layers(r, k, damage="ppl difference"),
-     "not ppl - ppl_learned"),
-    ("rank_layers", "ppl ratio", lambda r, k="open": l6._rank_layers(r, k, damage="ppl ratio"), "not the ratio"),
-    ("rank_layers", "absolute", lambda r, k="open": l6._rank_layers(r, k, damage="absolute"), "subtract"),
-    ("rank_layers", "prefix", lambda r, k="open": l6._rank_layers(r, k, pattern="prefix"), "head condition"),
-    ("rank_layers", "one digit", lambda r, k="open": l6._rank_layers(r, k, pattern="one digit"), "two digits"),
-    ("rank_layers", "sorted (name, Perplexity) items", _ranked_items, "(layer, damage) pair of numbers"),
-    ("rank_layers", "a dict", lambda r, k="open": dict(l6._rank_layers(r, k)), "got a dict"),
-    ("rank_layers", "a float32 tensor", lambda r, k="open": torch.tensor(l6._rank_layers(r, k)), "not a tensor"),
+    ("forbid_bos", "query 0 included", lambda m, L, h=None: l6._forbid_bos(m, L, h, first_query=0), "0/0 = NaN"),
+    ("forbid_bos", "the row, not the column", lambda m, L, h=None: l6._forbid_bos(m, L, h, axis="query"),
+     "query 0's row"),
+    ("forbid_bos", "no renormalisation", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm=None),
+     "no longer sum to 1"),
+    ("forbid_bos", "pattern[..., 0] = 0 alone",
+     lambda m, L, h=None: l6._forbid_bos(m, L, h, first_query=0, renorm=None), "no longer sum to 1"),
+    ("forbid_bos", "renormalised over queries", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm="query sum"),
+     "not over the queries"),
+    ("forbid_bos", "a second softmax", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm="softmax"),
+     "already a softmax"),
+    ("forbid_bos", "every head", lambda m, L, h=None: l6._forbid_bos(m, L, h, all_heads=True), "that head only"),
+    ("forbid_bos", "every layer", lambda m, L, h=None: l6._forbid_bos(m, L, h, every_layer=True),
+     "act on every layer"),
+    ("forbid_bos", "no return", lambda m, L, h=None: l6._forbid_bos(m, L, h, returns=False),
+     "leaves the model unchanged"),
+    ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
+    ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],
+     "list of (hook name, hook function) pairs"),
     ("param_count", "kv as heads", lambda c: l7._param_count(c, kv="heads"), "n_kv_heads * head_dim rows"),
     ("param_count", "gate ignored", lambda c: l7._param_count(c, gate="ignored"), "extra rows of q_proj"),
     ("param_count", "gate swapped", lambda c: l7._param_count(c, gate="swapped"), "one gate row per head"),

@@ -1,9 +1,8 @@
-"""Lesson 06's new checks, gate_override and rank_layers: the reference passes, each typical mistake earns its
-hint, a stub falls back to the reference; and the references agree with plain computations on a shipped model."""
-
-import math
+"""Lesson 06's checks, gate_override and forbid_bos: the reference passes, each typical mistake earns its hint, a
+stub falls back to the reference; and the references agree with plain computations on a shipped model."""
 
 import pytest
+import torch
 
 import minigate
 from minigate import ablation as ab
@@ -11,7 +10,7 @@ from minigate.course import checks
 from minigate.data import copy_task
 
 G = checks._gate_override
-R = checks._rank_layers
+B = checks._forbid_bos
 
 
 def test_gate_override_reference_passes_and_is_returned(capsys):
@@ -65,9 +64,9 @@ def test_stubs_fall_back_to_the_references(capsys):
     def stub(*args):
         raise NotImplementedError()
     assert checks.gate_override(stub) is checks.reference_gate_override
-    assert checks.rank_layers(stub) is checks.reference_rank_layers
+    assert checks.forbid_bos(stub) is checks.reference_forbid_bos
     out = capsys.readouterr().out
-    assert "gate_override not implemented yet" in out and "rank_layers not implemented yet" in out
+    assert "gate_override not implemented yet" in out and "forbid_bos not implemented yet" in out
 
 
 def test_closing_the_copy_head_with_the_reference_zeroes_its_output():
@@ -80,33 +79,56 @@ def test_closing_the_copy_head_with_the_reference_zeroes_its_output():
     assert z[:, :, 3].abs().max() == 0 and z[:, :, :3].abs().max() > 0
 
 
-def test_rank_layers_reference_passes_and_is_returned(capsys):
-    fn = lambda r, k="open": list(checks.reference_rank_layers(r, k))
-    assert checks.rank_layers(fn) is fn
-    assert "✓ rank_layers: passed (3 cases)" in capsys.readouterr().out
+def test_forbid_bos_reference_and_equivalent_answers_pass(capsys):
+    fn = lambda model, layer, head=None: checks.reference_forbid_bos(model, layer, head)
+    assert checks.forbid_bos(fn) is fn
+    assert "✓ forbid_bos: passed (5 cases)" in capsys.readouterr().out
+
+    def on_the_scores(model, layer, head=None):  # -inf before the softmax is the same renormalisation
+        def hook(scores, hook):
+            scores = scores.clone()
+            scores[:, slice(None) if head is None else head, 1:, 0] = float("-inf")
+            return scores
+        return [(f"blocks.{layer}.attn.hook_attn_scores", hook)]
+
+    def in_place(model, layer, head=None):  # edits the pattern itself and returns nothing: that works too
+        def hook(pattern, hook):
+            h = slice(None) if head is None else head
+            pattern[:, h, 1:, 0] = 0
+            pattern[:, h] /= pattern[:, h].sum(-1, keepdim=True)
+        return [(f"blocks.{layer}.attn.hook_pattern", hook)]
+
+    assert checks.forbid_bos(on_the_scores) is on_the_scores and checks.forbid_bos(in_place) is in_place
 
 
 @pytest.mark.parametrize("kw, hint", [
-    (dict(descending=False), "descending"),
-    (dict(pairs=False), "(layer, damage) pairs"),
-    (dict(damage="ppl difference"), "not ppl - ppl_learned"),
-    (dict(damage="ppl ratio"), "not the ratio itself"),
-    (dict(damage="absolute"), "subtract results['learned'].loss"),
-    (dict(pattern="prefix"), "is a head condition"),
-    (dict(pattern="one digit"), "two digits"),
+    (dict(first_query=0), "0/0 = NaN"),
+    (dict(axis="query"), "query 0's row"),
+    (dict(renorm=None), "no longer sum to 1"),
+    (dict(first_query=0, renorm=None), "no longer sum to 1"),
+    (dict(renorm="query sum"), "not over the queries"),
+    (dict(renorm="softmax"), "already a softmax"),
+    (dict(all_heads=True), "that head only"),
+    (dict(every_layer=True), "act on every layer"),
+    (dict(returns=False), "leaves the model unchanged"),
 ])
-def test_rank_layers_each_mistake_gets_its_hint(kw, hint, capsys):
+def test_forbid_bos_each_mistake_gets_its_hint(kw, hint, capsys):
     with pytest.raises(AssertionError):
-        checks.rank_layers(lambda r, k="open": R(r, k, **kw))
+        checks.forbid_bos(lambda m, L, h=None: B(m, L, h, **kw))
     assert hint in capsys.readouterr().out
 
 
-def test_rank_layers_reference_on_a_real_sweep_equals_a_plain_computation():
-    model = minigate.shipped("copy-elementwise")
-    rows = copy_task(8, seed=3)
-    results = ab.sweep(model, rows, {"learned": [], **ab.layer_conditions(model)}, ci=False, progress=False)
-    ranked = checks.reference_rank_layers(results, "closed")
-    want = sorted(((L, math.log(results[f"L{L} closed"].ppl / results["learned"].ppl)) for L in range(2)),
-                  key=lambda p: -p[1])
-    assert [L for L, _ in ranked] == [L for L, _ in want]
-    assert all(d == pytest.approx(w, abs=1e-9) for (_, d), (_, w) in zip(ranked, want, strict=True))
+def test_forbid_bos_reference_on_the_copy_model_moves_the_weight_off_bos():
+    model = minigate.shipped("copy-baseline")
+    x = copy_task(4, seed=3)[:, :-1]
+    name = "blocks.0.attn.hook_pattern"
+    _, clean = model.run_with_cache(x, names_filter=name)
+    with model.hooks(checks.reference_forbid_bos(model, 0, head=3)):
+        _, cache = model.run_with_cache(x, names_filter=name)
+    before, after = clean[name], cache[name]  # (batch, head, query, key)
+    assert before[:, 3, 1:33, 0].mean() > 0.5  # the sink head parks on <bos> on the random half (lesson 01)
+    assert (after[:, 3, 1:, 0] == 0).all() and (after[:, 3, 0, 0] == 1).all()
+    torch.testing.assert_close(after.sum(-1), torch.ones_like(after.sum(-1)))
+    torch.testing.assert_close(after[:, [0, 1, 2]], before[:, [0, 1, 2]])
+    forbidden = ab.perplexity(model, copy_task(8, seed=3), checks.reference_forbid_bos(model, 0, 3), ci=False)
+    assert forbidden.loss > ab.perplexity(model, copy_task(8, seed=3), ci=False).loss + 1  # lesson 01: it matters

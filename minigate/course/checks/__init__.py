@@ -16,7 +16,7 @@ from .lesson03 import lr_schedule, next_token_loss, reference_next_token_loss
 from .lesson04 import (bos_noop_test, bos_share_by_part, f_attn_m_act, locate_massive, reference_bos_noop_test,
                        reference_bos_share_by_part, reference_f_attn_m_act, reference_locate_massive)
 from .lesson05 import first_rest_ratio, read_gates, reference_first_rest_ratio, reference_read_gates
-from .lesson06 import gate_override, rank_layers, reference_gate_override, reference_rank_layers
+from .lesson06 import forbid_bos, gate_override, reference_forbid_bos, reference_gate_override
 from .lesson07 import param_count, reference_param_count, reference_t4_minutes, t4_minutes
 from .lesson08 import loss_spikes, qwen3_next_q_proj, reference_loss_spikes, reference_qwen3_next_q_proj
 
@@ -31,13 +31,14 @@ __all__ = [
     "lr_schedule", "next_token_loss", "locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part",
     "read_gates",
     "first_rest_ratio",
-    "gate_override", "rank_layers", "param_count", "t4_minutes", "loss_spikes", "qwen3_next_q_proj",
+    "gate_override", "forbid_bos", "param_count", "t4_minutes", "loss_spikes", "qwen3_next_q_proj",
     "reference_attention_with_null", "reference_bos_noop_test", "reference_bos_share_by_part",
     "reference_causal_attention",
-    "reference_f_attn_m_act", "reference_first_rest_ratio", "reference_g1_gate", "reference_gate_override",
+    "reference_f_attn_m_act", "reference_first_rest_ratio", "reference_forbid_bos", "reference_g1_gate",
+    "reference_gate_override",
     "reference_gate_param_count", "reference_gated_output", "reference_locate_massive",
     "reference_loss_spikes", "reference_next_token_loss",
-    "reference_param_count", "reference_qwen3_next_q_proj", "reference_rank_layers", "reference_read_gates",
+    "reference_param_count", "reference_qwen3_next_q_proj", "reference_read_gates",
     "reference_split_q_proj", "reference_t4_minutes",
 ]
 

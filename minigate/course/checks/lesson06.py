@@ -1,9 +1,7 @@
-"""Lesson 06's checks: a gate-override hook, and layers ranked by the damage their override does."""
+"""Lesson 06's checks: a gate-override hook, and a hook that forbids attention to `<bos>`."""
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable
 
 import torch
@@ -11,7 +9,7 @@ import torch
 from .engine import NONE_HINT, Mismatch, check, what
 from .lesson05 import _gated_model
 
-EXERCISES = ("gate_override", "rank_layers")  # its check cells, in the lesson's order
+EXERCISES = ("gate_override", "forbid_bos")  # its check cells, in the lesson's order
 
 
 def reference_gate_override(model, layer, value, head=None):
@@ -41,17 +39,22 @@ def _gate_override(model, layer, value, head=None, index="head axis", every_laye
     return [(name, hook)]
 
 
+def _hooked_logits(model, tokens, hooks, point: str, like: str = ""):
+    """The logits of `model` on `tokens` under the learner's `hooks`, or a Mismatch that says why they cannot run."""
+    if hooks is None:
+        raise Mismatch(NONE_HINT)
+    if not isinstance(hooks, (list, tuple)) or not all(isinstance(p, tuple) and len(p) == 2 for p in hooks):
+        raise Mismatch(f"return a list of (hook name, hook function) pairs, e.g. [('blocks.0.attn.{point}', "
+                       f"fn)]{like}; got {what(hooks)}")
+    with torch.no_grad():
+        return model.run_with_hooks(tokens, fwd_hooks=hooks)
+
+
 def _logits_under(make_hooks):
     """make_hooks(model, layer, value, head) -> fwd_hooks  ==>  fn(model, tokens, layer, value, head) -> logits."""
     def run(model, tokens, layer, value, head):
-        hooks = make_hooks(model, layer, value, head)
-        if hooks is None:
-            raise Mismatch(NONE_HINT)
-        if not isinstance(hooks, (list, tuple)) or not all(isinstance(p, tuple) and len(p) == 2 for p in hooks):
-            raise Mismatch(f"return a list of (hook name, hook function) pairs, e.g. [('blocks.0.attn.hook_gate', "
-                           f"fn)], as ablation.close_head does; got {what(hooks)}")
-        with torch.no_grad():
-            return model.run_with_hooks(tokens, fwd_hooks=hooks)
+        return _hooked_logits(model, tokens, make_hooks(model, layer, value, head), "hook_gate",
+                              ", as ablation.close_head does")
     return run
 
 
@@ -90,121 +93,107 @@ def gate_override(fn: Callable) -> Callable:
     return fn if result is learner else reference_gate_override
 
 
-def reference_rank_layers(results, kind="open"):
-    """results {condition name: ablation.Perplexity} with "learned" and "L{layer} {kind}" entries (others are
-    ignored) -> [(layer, damage)], most damaging first; damage = loss increase over the learned model, in nats
-    (= ln(ppl / ppl_learned))."""
-    return _rank_layers(results, kind)
+def reference_forbid_bos(model, layer, head=None):
+    """fwd_hooks [(hook name, fn)] that forbid attention to <bos> (key 0) in layer `layer` (in its head `head` only,
+    if given): every query but query 0 gets weight 0 on key 0, and its row is renormalised over the other keys
+    (minigate.ablation.forbid_bos)."""
+    from ... import ablation as ab
+
+    return ab.forbid_bos(model, layer, head)
 
 
-def _rank_layers(results, kind, pattern="exact", damage="nats", descending=True, pairs=True):
-    base = results["learned"]
-    found = []
-    for name, r in results.items():
-        if pattern == "exact":
-            m = re.fullmatch(rf"L(\d+) {re.escape(kind)}", name)
-            layer = int(m[1]) if m else None
-        elif pattern == "prefix":  # also catches head conditions such as "L0H3 closed"
-            m = re.match(r"L(\d+)", name)
-            layer = int(m[1]) if m and name.endswith(" " + kind) else None
-        else:  # "one digit": name[1]
-            layer = int(name[1]) if re.fullmatch(rf"L(\d+) {re.escape(kind)}", name) else None
-        if layer is None:
-            continue
-        d = {"nats": r.loss - base.loss, "ppl difference": r.ppl - base.ppl, "ppl ratio": r.ppl / base.ppl,
-             "absolute": r.loss}[damage]
-        found.append((layer, d))
-    found.sort(key=lambda p: p[1], reverse=descending)
-    return found if pairs else [layer for layer, _ in found]
+def _forbid_bos(model, layer, head=None, first_query=1, axis="key", renorm="row sum", all_heads=False,
+                every_layer=False, returns=True):
+    """A <bos>-forbidding hook with switches for the typical mistakes."""
+    heads = slice(None) if head is None or all_heads else head
+
+    def hook(pattern, hook):  # pattern (batch, head, query, key)
+        p = pattern.clone()
+        if axis == "key":
+            p[:, heads, first_query:, 0] = 0
+        else:  # "query": pattern[..., 0, :], query 0's row
+            p[:, heads, 0, :] = 0
+        if renorm == "row sum":
+            p = p / p.sum(-1, keepdim=True)
+        elif renorm == "query sum":
+            p = p / p.sum(-2, keepdim=True)
+        elif renorm == "softmax":
+            p = p.softmax(-1)
+        return p if returns else None
+
+    name = (lambda n: n.endswith("attn.hook_pattern")) if every_layer else f"blocks.{layer}.attn.hook_pattern"
+    return [(name, hook)]
 
 
-def _fake_results(seed: int, n_layers: int, n_heads: int = 2):
-    """A sweep-like {name: Perplexity} with distinct, made-up chunk losses."""
-    from ...ablation import Perplexity
-
-    g = torch.Generator().manual_seed(seed)
-
-    def ppl(level):
-        losses = (level + 0.1 * torch.rand(4, generator=g)).double()
-        return Perplexity(ppl=math.exp(losses.mean().item()), chunk_losses=losses, ci=None, n_tokens=4 * 16)
-
-    out = {"learned": ppl(3.0), "gates=0.5": ppl(6.0)}
-    levels = 3.2 + 5 * torch.randperm(2 * n_layers, generator=g).double() / n_layers
-    for L in range(n_layers):
-        out[f"L{L} open"], out[f"L{L} closed"] = ppl(levels[2 * L].item()), ppl(levels[2 * L + 1].item())
-    for L in range(min(2, n_layers)):
-        for h in range(n_heads):
-            out[f"L{L}H{h} closed"] = ppl(9.0 + h + L)  # more damaging than any layer: a trap for loose matching
-    return out
+def _logits_forbidding(make_hooks):
+    """make_hooks(model, layer, head) -> fwd_hooks  ==>  fn(model, tokens, layer, head) -> logits."""
+    def run(model, tokens, layer, head):
+        return _hooked_logits(model, tokens, make_hooks(model, layer, head), "hook_pattern")
+    return run
 
 
-def rank_layers(fn: Callable) -> Callable:
-    """fn(results {name: Perplexity}, kind="open") -> [(layer, damage in nats)], most damaging first."""
-    cases = [("4 layers, kind='open'", (_fake_results(0, 4), "open")),
-             ("4 layers with head conditions, kind='closed'", (_fake_results(1, 4), "closed")),
-             ("12 layers, kind='open'", (_fake_results(2, 12), "open"))]
-    mistakes = [
-        (lambda r, k: _rank_layers(r, k, descending=False), "most damaging first: sort by damage, descending"),
-        (lambda r, k: _rank_layers(r, k, pairs=False), "return (layer, damage) pairs, not only the layers"),
-        (lambda r, k: _rank_layers(r, k, damage="ppl difference"),
-         "damage is a loss difference in nats, ln(ppl / ppl_learned) = r.loss - learned.loss, not ppl - ppl_learned"),
-        (lambda r, k: _rank_layers(r, k, damage="ppl ratio"),
-         "damage is ln(ppl / ppl_learned) (the loss difference), not the ratio itself"),
-        (lambda r, k: _rank_layers(r, k, damage="absolute"),
-         "damage is measured against the learned model: subtract results['learned'].loss"),
-        (lambda r, k: _rank_layers(r, k, pattern="prefix"),
-         "'L0H3 closed' is a head condition, not a layer one: match the whole name, e.g. "
-         "re.fullmatch(rf'L(\\d+) {kind}', name)"),
-        (lambda r, k: _rank_layers(r, k, pattern="one digit"),
-         "layer numbers can have two digits ('L10 open'): parse all of them, e.g. int(name[1:].split()[0])"),
-    ]
-    mistakes = [(_as_rows(wrong), hint) for wrong, hint in mistakes]
-    learner = _as_rows(fn)
-    result = check("rank_layers", learner, _as_rows(reference_rank_layers), cases, mistakes, atol=1e-9, rtol=1e-9,
-                   index_label=lambda idx: f"item {idx[0]}" + ("'s layer" if idx[1:] == (0,) else "'s damage"
-                                                               if idx[1:] == (1,) else ""),
-                   explain=_count_hint)
-    return fn if result is learner else reference_rank_layers
+def _bos_model(seed: int, gate: str = "none", n_heads: int = 4, n_kv_heads: int = 2, head_dim: int = 8):
+    """A small seeded model whose weights are large enough that every head's attention, <bos> included, is uneven:
+    forbidding <bos> in any one head moves the logits well beyond the check's tolerance."""
+    from ... import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                      head_dim=head_dim, d_ff=48, gate=gate, gate_granularity="headwise")
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3)
+    return model
 
 
-def _count_hint(got, want):
-    if isinstance(got, torch.Tensor) and got.dim() >= 1 and got.shape[0] != want.shape[0]:
-        return (f"expected {want.shape[0]} (layer, damage) pairs, one per 'L<layer> <kind>' condition, got "
-                f"{got.shape[0]}")
+def _nan_hint(got, want):
+    if isinstance(got, torch.Tensor) and got.shape == want.shape and got.isnan().any() and not want.isnan().any():
+        return ("your hooks make NaNs: a row of the pattern with nothing left in it, divided by its sum, is 0/0 "
+                "(query 0 can only attend to <bos>: leave its row as it is)")
     return None
 
 
-def _is_number(x) -> bool:
-    if isinstance(x, torch.Tensor):
-        return x.numel() == 1 and not x.is_complex()
-    return isinstance(x, (int, float)) and not isinstance(x, bool) or type(x).__module__ == "numpy" and not x.shape
-
-
-def _as_rows(f: Callable) -> Callable:
-    """f(results, kind) -> [(layer, damage)]  ==>  g(results, kind) -> a (n, 2) float64 tensor; a list of numbers
-    becomes (n,); anything that is not numbers or pairs of numbers is a Mismatch that says so."""
-    def run(results, kind):
-        ranked = f(results, kind)
-        if ranked is None:
-            raise Mismatch(NONE_HINT)
-        if isinstance(ranked, torch.Tensor):
-            raise Mismatch("return a list of (layer, damage) pairs, most damaging first, not a tensor (a float32 "
-                           "tensor also rounds the damage)")
-        if not isinstance(ranked, (list, tuple)):
-            raise Mismatch(f"return a list of (layer, damage) pairs, most damaging first; got {what(ranked)}")
-        rows = []
-        for i, item in enumerate(ranked):
-            if _is_number(item):
-                rows.append([float(item)])
-            elif isinstance(item, (tuple, list)) and all(_is_number(x) for x in item):
-                rows.append([float(x) for x in item])
-            else:
-                shown = f"({', '.join(type(x).__name__ for x in item)})" if isinstance(item, (tuple, list)) \
-                    else type(item).__name__
-                raise Mismatch(f"item {i} is a {shown}: each item must be a (layer, damage) pair of numbers, e.g. "
-                               "(3, 0.42): the layer number parsed from the name, damage = r.loss - learned.loss")
-        if len({len(r) for r in rows}) > 1:
-            raise Mismatch("every item must be a (layer, damage) pair of numbers")
-        out = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), -1) if rows else torch.zeros(0, 2)
-        return out[:, 0] if out.shape[1] == 1 else out
-    return run
+def forbid_bos(fn: Callable) -> Callable:
+    """fn(model, layer, head=None) -> fwd_hooks that forbid attention to <bos>; checked by running tiny models with
+    its hooks against ablation.forbid_bos."""
+    models = {"baseline": _bos_model(0), "headwise": _bos_model(1, "G1"),
+              "baseline, 6 heads x 4, 3 kv heads": _bos_model(2, n_heads=6, n_kv_heads=3, head_dim=4)}
+    tokens = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(6))
+    cases = [(f"{name}, layer {layer}, " + (f"head {head}" if head is not None else "every head"),
+              (models[name], tokens, layer, head))
+             for name, layer, head in [("baseline", 2, 1), ("headwise", 0, None), ("headwise", 1, 3),
+                                       ("baseline, 6 heads x 4, 3 kv heads", 1, 5),
+                                       ("baseline, 6 heads x 4, 3 kv heads", 2, None)]]
+    variant = lambda **kw: _logits_forbidding(lambda m, L, h: _forbid_bos(m, L, h, **kw))
+    mistakes = [
+        (variant(first_query=0),
+         "query 0 can only attend to <bos> (itself): zeroing its weight leaves a row of zeros, and 0/0 = NaN; forbid "
+         "key 0 for queries 1.. only: pattern[:, :, 1:, 0]"),
+        (variant(axis="query"),
+         "pattern[..., 0, :] is query 0's row; <bos> is key 0, on the last axis: pattern[:, :, 1:, 0]"),
+        (variant(renorm=None),
+         "the rows no longer sum to 1: divide each by its sum over the keys, pattern / pattern.sum(-1, keepdim=True)"),
+        (variant(first_query=0, renorm=None),
+         "the rows no longer sum to 1: divide each by its sum over the keys, pattern / pattern.sum(-1, keepdim=True)"),
+        (variant(renorm="query sum"),
+         "renormalise each query's row over the keys (the last axis, sum(-1)), not over the queries"),
+        (variant(renorm="softmax"),
+         "the pattern is already a softmax: renormalise by dividing each row by its sum (a second softmax flattens "
+         "it)"),
+        (variant(all_heads=True),
+         "with `head` given, forbid <bos> in that head only: pattern[:, head, 1:, 0], not pattern[:, :, 1:, 0]"),
+        (variant(every_layer=True),
+         "your hooks act on every layer: hook only f'blocks.{layer}.attn.hook_pattern' (or check hook.name)"),
+        (variant(returns=False),
+         "your hook leaves the model unchanged: build the new pattern and `return` it (rebinding the argument inside "
+         "the hook changes nothing outside it)"),
+    ]
+    learner = _logits_forbidding(fn)
+    raises = [(r"IndexError", "the pattern is (batch, head, query, key): key 0 of queries 1.. of head h is "
+                              "pattern[:, h, 1:, 0]")]
+    result = check("forbid_bos", learner, _logits_forbidding(reference_forbid_bos), cases, mistakes,
+                   atol=1e-5, rtol=1e-4, raises=raises, explain=_nan_hint,
+                   index_label=lambda idx: f"batch {idx[0]}, position {idx[1]}, logit {idx[2]}")
+    return fn if result is learner else reference_forbid_bos

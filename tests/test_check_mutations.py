@@ -19,6 +19,7 @@ from minigate.course.checks import lesson05 as l5
 from minigate.course.checks import lesson06 as l6
 from minigate.course.checks import lesson07 as l7
 from minigate.course.checks import lesson08 as l8
+from minigate.analysis import uniform_first_token_share
 from minigate.train import lr_at
 
 # what each check returns for a stub: its reference
@@ -54,6 +55,13 @@ def _headwise_not_reshaped(z, g):
 def _lr_zero_division(step, cfg):
     warm = cfg.lr * step / cfg.warmup_steps  # computed before asking whether there is a warmup
     return warm if step <= cfg.warmup_steps else lr_at(step, cfg)
+
+
+def _z_gated_everywhere(model, tokens, layer, n_random):  # an ungated layer has no hook_z_gated: KeyError
+    name = f"blocks.{layer}.attn.hook_z_gated"
+    _, cache = model.run_with_cache(tokens, names_filter=name)
+    z = cache[name]
+    return torch.stack([z[:, 1: n_random + 1].norm(dim=-1).mean((0, 1)), z[:, n_random + 1:].norm(dim=-1).mean((0, 1))])
 
 
 def _noop_query_head_as_value_head(model, tokens, layer, head):  # ignores GQA: raises on a model with 2 value heads
@@ -116,14 +124,17 @@ MUTATIONS = [
     ("gated_output", "logits as the gate", lambda z, g, w: (z * g).flatten(2) @ w.T, "not the logits"),
     ("gated_output", "transposed, non-square w_o", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w
      if w.shape[0] != w.shape[1] else ref["gated_output"](z, g, w), "w_o.T"),
-    ("gate_param_count", "one layer", lambda c: l2._gate_params(c, layers=False), "one layer only"),
-    ("gate_param_count", "kv heads", lambda c: l2._gate_params(c, heads="kv"), "not per kv head"),
-    ("gate_param_count", "headwise x head_dim", lambda c: l2._gate_params(c, width="head_dim"), "one row per head"),
-    ("gate_param_count", "elementwise as d_model x d_model",
-     lambda c: c.n_layers * c.d_model * (c.n_heads if c.gate_granularity == "headwise" else c.d_model),
-     "n_heads * head_dim != d_model"),
-    ("gate_param_count", "head_dim inputs", lambda c: l2._gate_params(c, inputs="head_dim"), "d_model inputs"),
-    ("gate_param_count", "with a bias", lambda c: ref["gate_param_count"](c) + c.n_layers * c.n_heads, None),
+    ("head_output_by_part", "before the gate", lambda *a: l2._head_output_by_part(*a, point="before gate"),
+     "*before* the gate"),
+    ("head_output_by_part", "query 0 included", lambda *a: l2._head_output_by_part(*a, start=0), "leave out query 0"),
+    ("head_output_by_part", "separator in the random part", lambda *a: l2._head_output_by_part(*a, split=1),
+     "belongs to the copy part"),
+    ("head_output_by_part", "norm of the mean", lambda *a: l2._head_output_by_part(*a, stat="norm of mean"),
+     "then average"),
+    ("head_output_by_part", "squared norm", lambda *a: l2._head_output_by_part(*a, stat="squared"), "not its square"),
+    ("head_output_by_part", "one number for all heads", lambda *a: l2._head_output_by_part(*a, stat="head mean"),
+     "one number per head"),
+    ("head_output_by_part", "hook_z_gated everywhere", _z_gated_everywhere, "is_gated"),
     ("split_q_proj", "per head", lambda *a: l2._split(*a, layout="per head"), "not per query head"),
     ("split_q_proj", "all queries first", lambda *a: l2._split(*a, layout="all queries first"), "not all at the end"),
     ("split_q_proj", "(g kv)", lambda *a: l2._split(*a, group="(g kv)"), "not '(g kv)'"),
@@ -235,24 +246,33 @@ MUTATIONS = [
     ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
     ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],
      "list of (hook name, hook function) pairs"),
-    ("param_count", "kv as heads", lambda c: l7._param_count(c, kv="heads"), "n_kv_heads * head_dim rows"),
-    ("param_count", "gate ignored", lambda c: l7._param_count(c, gate="ignored"), "extra rows of q_proj"),
-    ("param_count", "gate swapped", lambda c: l7._param_count(c, gate="swapped"), "one gate row per head"),
-    ("param_count", "lm_head always", lambda c: l7._param_count(c, lm_head="always"), "count it once"),
-    ("param_count", "lm_head never", lambda c: l7._param_count(c, lm_head="never"), "its own lm_head"),
-    ("param_count", "no norms", lambda c: l7._param_count(c, norms="none"), "RMSNorm weights"),
-    ("param_count", "no qk norms", lambda c: l7._param_count(c, norms="no qk"), "q_norm and k_norm"),
-    ("param_count", "two MLP matrices", lambda c: l7._param_count(c, mlp=2), "three matrices"),
-    ("param_count", "d_model / n_heads", lambda c: l7._param_count(c, head_dim="d/H"), "need not be"),
-    ("t4_minutes", "seconds", lambda *a: l7._t4_minutes(*a, unit=1), "divided by 60"),
-    ("t4_minutes", "hours", lambda *a: l7._t4_minutes(*a, unit=3600), "not hours"),
-    ("t4_minutes", "peak / u", lambda *a: l7._t4_minutes(*a, rate="peak / u"), "T4_PEAK * utilisation"),
-    ("t4_minutes", "one pass", lambda *a: l7._t4_minutes(*a, passes=False), "multiply by n_passes"),
-    ("t4_minutes", "6 per parameter", lambda *a: l7._t4_minutes(*a, per_param=6), "forward passes only"),
-    ("t4_minutes", "1 per mac", lambda *a: l7._t4_minutes(*a, per_mac=1), "a multiply-add is 2 FLOPs"),
-    ("t4_minutes", "no attention", lambda *a: l7._t4_minutes(*a, attention=False), "add the attention"),
-    ("t4_minutes", "all keys", lambda *a: l7._t4_minutes(*a, keys="all"), "attention is causal"),
-    ("t4_minutes", "one matmul", lambda *a: l7._t4_minutes(*a, matmuls=1), "two matmuls"),
+    ("first_token_excess", "no subtraction", lambda p: l7._first_token_excess(p, subtract=False),
+     "subtract what uniform causal attention gives"),
+    ("first_token_excess", "uniform minus share", lambda p: l7._first_token_excess(p, order="uniform - share"),
+     "not uniform minus share"),
+    ("first_token_excess", "from token 0", lambda p: l7._first_token_excess(p, to_key=False), "*to* key 0"),
+    ("first_token_excess", "from token 0, with the package's uniform share",
+     lambda p: p[..., 0, :].mean((0, 2)) - uniform_first_token_share(p.shape[-2]), "*to* key 0"),
+    ("first_token_excess", "averaged over heads too", lambda p: l7._first_token_excess(p, head_mean=True),
+     "one number per head"),
+    ("first_token_excess", "averaged over heads, kept per head",
+     lambda p: l7._first_token_excess(p, head_mean=True).expand(p.shape[1]), "each head's own number"),
+    ("first_token_excess", "uniform over all keys, 1/T", lambda p: l7._first_token_excess(p, uniform="1/T"),
+     "not 1/T"),
+    ("first_token_excess", "uniform 1/i", lambda p: l7._first_token_excess(p, uniform="1/i"), "not 1/i"),
+    ("first_token_excess", "1/i from query 0: infinite",
+     lambda p: p[..., 0].mean((0, 2)) - (1 / torch.arange(p.shape[-2])).mean(), "your output is infinite"),
+    ("first_token_excess", "1/i in a Python loop from query 0",
+     lambda p: p[..., 0].mean((0, 2)) - sum(1 / i for i in range(p.shape[-2])) / p.shape[-2], "1/(0 + 1) = 1"),
+    ("first_token_excess", "uniform summed", lambda p: l7._first_token_excess(p, reduce="sum"), "do not sum it"),
+    ("first_token_excess", "query 0 left out of both",
+     lambda p: l7._first_token_excess(p, share_from=1, uniform_from=1), "query 0 included"),
+    ("first_token_excess", "uniform over queries 1..", lambda p: l7._first_token_excess(p, uniform_from=1),
+     "the same queries as the head's share"),
+    ("first_token_excess", "share over queries 1..", lambda p: l7._first_token_excess(p, share_from=1),
+     "the same queries as the uniform share"),
+    ("first_token_excess", "(head, query): not averaged over queries",
+     lambda p: p[..., 0].mean(0) - uniform_first_token_share(p.shape[-2]), "expected shape"),
     ("loss_spikes", "0-based", lambda *a: l8._loss_spikes(*a, one_based=False), "1-based"),
     ("loss_spikes", "own loss included", lambda *a: l8._loss_spikes(*a, include_self=True), "*before* the step"),
     ("loss_spikes", "partial windows", lambda *a: l8._loss_spikes(*a, partial=True), "no step is judged before"),
@@ -412,14 +432,6 @@ def test_loss_spikes_borderline_step_tells_window_from_window_minus_one():
     losses, factor, window = [args for label, args in l8._spike_cases() if "just `window` steps" in label][0]
     assert 30 not in checks.reference_loss_spikes(losses, factor, window)
     assert 30 in l8._loss_spikes(losses, factor, window, span=window - 1)
-
-
-def test_gate_param_count_has_a_case_where_heads_do_not_fill_d_model():
-    from minigate.course.checks.lesson02 import gate_param_count  # the coincidence n_heads * head_dim == d_model broken
-
-    with pytest.raises(AssertionError, match="n_heads \\* head_dim != d_model"):
-        gate_param_count(lambda c: c.n_layers * c.d_model * (c.n_heads if c.gate_granularity == "headwise"
-                                                             else c.d_model))
 
 
 def test_checks_do_not_import_the_benchmarks():

@@ -9,9 +9,10 @@ from torch import nn
 from minigate import ModelConfig, Transformer
 from minigate.course import checks
 from minigate.course.checks.lesson01 import _attention
-from minigate.course.checks.lesson02 import _gate_params, _split
+from minigate.course.checks.lesson02 import _split
 from minigate.course.checks.lesson03 import _schedule
 from minigate.course.checks.lesson04 import _f_attn_m_act
+from minigate.course.checks.lesson07 import _first_token_excess
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
 from minigate.train import lr_at
@@ -20,16 +21,16 @@ REFERENCES = {
     checks.causal_attention: checks.reference_causal_attention,
     checks.g1_gate: checks.reference_g1_gate,
     checks.gated_output: checks.reference_gated_output,
-    checks.gate_param_count: checks.reference_gate_param_count,
     checks.split_q_proj: checks.reference_split_q_proj,
     checks.lr_schedule: lr_at,
     checks.f_attn_m_act: checks.reference_f_attn_m_act,
+    checks.first_token_excess: checks.reference_first_token_excess,
 }
 
 
 def _mistakes():
     """(check, wrong function, expected hint fragment) for every typical mistake of every check."""
-    a, s, f = _attention, _schedule, _f_attn_m_act
+    a, s, f, e = _attention, _schedule, _f_attn_m_act, _first_token_excess
     return [
         (checks.causal_attention, lambda q, k, v: a(q, k, v, softmax_dim=-2), "softmax over the wrong axis"),
         (checks.causal_attention, lambda q, k, v: a(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
@@ -43,9 +44,6 @@ def _mistakes():
         (checks.g1_gate, lambda z, g: z * torch.sigmoid(-(g[..., None] if g.dim() == 3 else g)), "sign flipped"),
         (checks.gated_output, lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
         (checks.gated_output, lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
-        (checks.gate_param_count, lambda c: _gate_params(c, layers=False), "one layer only"),
-        (checks.gate_param_count, lambda c: _gate_params(c, heads="kv"), "not per kv head"),
-        (checks.gate_param_count, lambda c: _gate_params(c, width="head_dim"), "one row per head"),
         (checks.split_q_proj, lambda *x: _split(*x, layout="per head"), "not per query head"),
         (checks.split_q_proj, lambda *x: _split(*x, layout="all queries first"), "not all at the end"),
         (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=-1), "the first step is not 0"),
@@ -57,6 +55,9 @@ def _mistakes():
         (checks.f_attn_m_act, lambda c, n: f(c, n, key_axis=False), "*to* key 0"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, layer_stat="max"), "not the maximum over layers"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, absolute=False), "absolute values"),
+        (checks.first_token_excess, lambda p: e(p, uniform="1/T"), "not 1/T"),
+        (checks.first_token_excess, lambda p: e(p, to_key=False), "*to* key 0"),
+        (checks.first_token_excess, lambda p: e(p, subtract=False), "subtract what uniform causal attention gives"),
     ]
 
 
@@ -131,11 +132,14 @@ def _run_attention(attn: nn.Module, x):
 
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
-def test_gate_param_count_reference_matches_a_built_model(granularity):
-    shape = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
-    n = lambda cfg: sum(p.numel() for p in Transformer(cfg).parameters())
-    gated = ModelConfig(gate="G1", gate_granularity=granularity, **shape)
-    assert n(gated) - n(ModelConfig(**shape)) == checks.reference_gate_param_count(gated)
+def test_gate_only_param_count_is_what_the_gate_adds(granularity):
+    """Lesson 02 counts the gate with num_params(gate_only=True): d_model inputs x (one row per head, or per head
+    dimension) per layer, the difference from a baseline of the same size."""
+    shape = dict(vocab_size=50, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
+    gated = Transformer(ModelConfig(gate="G1", gate_granularity=granularity, **shape))
+    rows = 4 * (1 if granularity == "headwise" else 8)
+    assert gated.num_params(gate_only=True) == gated.num_params() - Transformer(ModelConfig(**shape)).num_params() \
+        == 2 * 48 * rows
 
 
 def test_f_attn_m_act_reference_matches_analysis():

@@ -19,10 +19,8 @@ SOLVED = {
                "    return z * torch.sigmoid(gate_logits)",
     "gated_output": "def gated_output(z, gate_logits, w_o):\n"
                     "    return rearrange(z * torch.sigmoid(gate_logits), 'b t h d -> b t (h d)') @ w_o.T",
-    "gate_param_count": "def gate_param_count(cfg):\n    return cfg.n_layers * cfg.d_model * cfg.n_heads * "
-                        "(1 if cfg.gate_granularity == 'headwise' else cfg.head_dim)",
 }
-WRONG_T4 = "def t4_minutes(*args):\n    return checks.reference_t4_minutes(*args) * 60  # seconds, not minutes"
+WRONG_EXCESS = "def first_token_excess(pattern):\n    return pattern[..., 0].mean((0, 2))  # uniform not subtracted"
 
 
 def stub(name, args="*args"):
@@ -43,10 +41,11 @@ def notebook(path, exercises):
 
 def test_grade_scores_known_notebooks(tmp_path, capsys):
     mixed = notebook(tmp_path / "alice.ipynb", [  # 2 solved, 1 wrong, 1 not attempted
-        ("g1_gate", SOLVED["g1_gate"]), ("gate_param_count", stub("gate_param_count", "cfg")),
-        ("t4_minutes", WRONG_T4), ("gated_output", SOLVED["gated_output"])])
+        ("g1_gate", SOLVED["g1_gate"]), ("split_q_proj", stub("split_q_proj")),
+        ("first_token_excess", WRONG_EXCESS), ("gated_output", SOLVED["gated_output"])])
     untouched = notebook(tmp_path / "bob.ipynb", [(name, stub(name)) for name in
-                                                  ("g1_gate", "gate_param_count", "t4_minutes", "gated_output")])
+                                                  ("g1_gate", "split_q_proj", "first_token_excess",
+                                                   "gated_output")])
     rc = course.main(["grade", str(mixed), str(untouched), "--csv", str(tmp_path / "s.csv"),
                       "--json", str(tmp_path / "s.json"), "--timeout", "120"])
     out = capsys.readouterr().out
@@ -54,24 +53,24 @@ def test_grade_scores_known_notebooks(tmp_path, capsys):
     rows = {line.split()[0]: line for line in out.splitlines()}
     assert rows["exercise"].split() == ["exercise", "alice.ipynb", "bob.ipynb"]
     assert rows["g1_gate"].split() == ["g1_gate", "passed", "not", "attempted"]
-    assert rows["gate_param_count"].split() == ["gate_param_count", "not", "attempted", "not", "attempted"]
-    assert rows["t4_minutes"].split() == ["t4_minutes", "failed", "not", "attempted"]
+    assert rows["split_q_proj"].split() == ["split_q_proj", "not", "attempted", "not", "attempted"]
+    assert rows["first_token_excess"].split() == ["first_token_excess", "failed", "not", "attempted"]
     assert rows["gated_output"].split() == ["gated_output", "passed", "not", "attempted"]
     assert rows["total"].split() == ["total", "2/4", "passed", "0/4", "passed"]
 
     with open(tmp_path / "s.csv", newline="", encoding="utf-8") as f:
         records = list(csv.DictReader(f))
     assert len(records) == 8
-    t4 = next(r for r in records if r["notebook"] == str(mixed) and r["exercise"] == "t4_minutes")
-    assert t4["status"] == "failed" and "return minutes" in t4["message"]  # the check's own hint
+    excess = next(r for r in records if r["notebook"] == str(mixed) and r["exercise"] == "first_token_excess")
+    assert excess["status"] == "failed" and "subtract what uniform" in excess["message"]  # the check's own hint
 
     data = json.loads((tmp_path / "s.json").read_text())
     assert [(n["passed"], n["exercises"]) for n in data["notebooks"]] == [(2, 4), (0, 4)]
     assert data["notebooks"][1]["results"]["g1_gate"]["status"] == "not attempted"
 
 
-def test_grade_a_real_lesson_with_one_exercise_solved(tmp_path, capsys):
-    """Lesson 07's imports and its two exercises: param_count as in the solutions, t4_minutes as the lesson's stub."""
+def test_grade_a_real_lesson_solved_and_untouched(tmp_path, capsys):
+    """Lesson 07's imports and its exercise: first_token_excess as in the solutions, and as the lesson's stub."""
     solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
     lesson = course.lesson_from_solution(solution)
     imports = next(i for i, c in enumerate(solution.cells) if "from minigate.course import checks" in c.source)
@@ -80,13 +79,14 @@ def test_grade_a_real_lesson_with_one_exercise_solved(tmp_path, capsys):
         check = next(i for i, n in grade.check_cells(nb) if n == name)
         return [next(c for c in nb.cells[:check][::-1] if f"def {name}(" in c.source), nb.cells[check]]
 
-    cells = [solution.cells[imports], *exercise(solution, "param_count"), *exercise(lesson, "t4_minutes")]
-    nb = new_notebook(cells=[new_code_cell(c.source) for c in cells], metadata=solution.metadata)
-    nbformat.write(nb, tmp_path / "learner.ipynb")
-    assert grade.main([str(tmp_path / "learner.ipynb"), "--timeout", "120"]) == 0
+    for label, nb in (("solved", solution), ("blank", lesson)):
+        cells = [solution.cells[imports], *exercise(nb, "first_token_excess")]
+        learner = new_notebook(cells=[new_code_cell(c.source) for c in cells], metadata=solution.metadata)
+        nbformat.write(learner, tmp_path / f"07_{label}.ipynb")
+    assert grade.main([str(tmp_path / "07_solved.ipynb"), str(tmp_path / "07_blank.ipynb"), "--timeout", "120"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["param_count", "passed"] and out[2].split() == ["t4_minutes", "not", "attempted"]
-    assert out[3].split() == ["total", "1/2", "passed"]
+    assert out[1].split() == ["first_token_excess", "passed", "not", "attempted"]
+    assert out[2].split() == ["total", "1/1", "passed", "0/1", "passed"]
 
 
 def test_a_check_cell_is_scored_from_its_outputs():
@@ -156,19 +156,20 @@ def test_a_check_cell_deleted_from_a_notebook_graded_alone_fails(tmp_path, capsy
     """The expected exercises come from the notebook's lesson, not only from the other notebooks graded with it."""
     solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
     imports = next(c for c in solution.cells if "from minigate.course import checks" in c.source)
-    check = next(i for i, n in grade.check_cells(solution) if n == "param_count")
-    exercise = next(c for c in solution.cells[:check][::-1] if "def param_count(" in c.source)
+    check = next(i for i, n in grade.check_cells(solution) if n == "first_token_excess")
+    exercise = next(c for c in solution.cells[:check][::-1] if "def first_token_excess(" in c.source)
     nb = new_notebook(cells=[new_code_cell(imports.source), new_code_cell(exercise.source, metadata=exercise.metadata)],
-                      metadata=solution.metadata)  # param_count's check cell deleted, t4_minutes never started
+                      metadata=solution.metadata)  # first_token_excess's check cell deleted
     (tmp_path / "submitted" / "alice" / "lesson07").mkdir(parents=True)
     path = tmp_path / "submitted" / "alice" / "lesson07" / "Copy of 07_paper_1b_models.ipynb"
     nbformat.write(nb, path)
     assert grade.main([str(path), "--timeout", "120"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["exercise", "Copy", "of", "07_paper_1b_models.ipynb"]
-    assert out[1].split() == ["param_count", "failed"] and out[2].split() == ["t4_minutes", "failed"]
+    assert out[1].split() == ["first_token_excess", "failed"] and out[2].split() == ["total", "0/1", "passed"]
     results = grade.grade_notebook(path, timeout=120)
-    assert "no check cell `param_count = checks.param_count(param_count)`" in results["param_count"][1]
+    assert "no check cell `first_token_excess = checks.first_token_excess(first_token_excess)`" in \
+        results["first_token_excess"][1]
 
 
 @pytest.mark.parametrize("path, exercises, lesson", [

@@ -1,4 +1,5 @@
-"""Lesson 02's checks: the G1 gate, its output projection, its parameter count, and where it hides in q_proj."""
+"""Lesson 02's checks: the G1 gate, its output projection, what a head writes where its gate closes, and where the
+gate hides in q_proj."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from einops import rearrange
 
 from .engine import check, randn
 
-EXERCISES = ("g1_gate", "gated_output", "gate_param_count", "split_q_proj")  # its check cells, in the lesson's order
+EXERCISES = ("g1_gate", "gated_output", "head_output_by_part", "split_q_proj")  # its check cells, in the lesson's order
 
 # ── the G1 gate and the gated output projection ──────────────────────────────────────────────────────
 
@@ -74,43 +75,69 @@ def gated_output(fn: Callable) -> Callable:
     return check("gated_output", fn, reference_gated_output, cases, mistakes, raises=raises)
 
 
-# ── the gate's parameter count ───────────────────────────────────────────────────────────────────────
+# ── what a closed gate writes ────────────────────────────────────────────────────────────────────────
 
-def reference_gate_param_count(cfg):
-    """Extra parameters of a G1 gate: per layer, d_model inputs x (one row per head, or per head dimension)."""
-    return cfg.n_layers * cfg.d_model * cfg.n_heads * (1 if cfg.gate_granularity == "headwise" else cfg.head_dim)
-
-
-def _gate_params(cfg, layers=True, heads="query", width="granularity", inputs="d_model"):
-    """The count with switches for the typical mistakes (width "d_model": elementwise as d_model x d_model)."""
-    n_heads = cfg.n_heads if heads == "query" else cfg.n_kv_heads
-    elementwise = cfg.gate_granularity == "elementwise"
-    rows = n_heads * (cfg.head_dim if width == "head_dim" or elementwise else 1)
-    if width == "d_model" and elementwise:
-        rows = cfg.d_model
-    n_in = cfg.d_model if inputs == "d_model" else cfg.head_dim
-    return (cfg.n_layers if layers else 1) * n_in * rows
+def reference_head_output_by_part(model, tokens, layer, n_random):
+    """tokens (batch, pos): copy-task rows (<bos>, n_random random symbols, the separator, the copy) -> (2, head):
+    the mean L2 norm of what o_proj receives from each head of `layer` (after the gate: hook_z_gated in a gated layer,
+    hook_z in an ungated one), over the rows and the random part's queries 1..n_random (row 0), then over the copy
+    part's queries n_random + 1 .. (row 1, separator included)."""
+    return _head_output_by_part(model, tokens, layer, n_random)
 
 
-def gate_param_count(fn: Callable) -> Callable:
-    """fn(cfg: ModelConfig with a G1 gate) -> number of parameters the gate adds to the whole model."""
+def _head_output_by_part(model, tokens, layer, n_random, point="after gate", start=1, split=0, stat="mean norm"):
+    gated = model.cfg.is_gated(layer) and point == "after gate"
+    name = f"blocks.{layer}.attn." + ("hook_z_gated" if gated else "hook_z")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=name)
+    z = cache[name].float()  # (batch, pos, head, d_head)
+    parts = (z[:, start: n_random + 1 + split], z[:, n_random + 1 + split:])
+    if stat == "mean norm":
+        return torch.stack([p.norm(dim=-1).mean((0, 1)) for p in parts])  # (2, head)
+    if stat == "norm of mean":
+        return torch.stack([p.mean((0, 1)).norm(dim=-1) for p in parts])
+    if stat == "squared":
+        return torch.stack([(p ** 2).sum(-1).mean((0, 1)) for p in parts])
+    return torch.stack([p.norm(dim=-1).mean() for p in parts])[:, None].expand(2, z.shape[2])  # "head mean"
+
+
+def _copy_model(seed: int, gate: str, granularity: str = "headwise"):
     from ...config import ModelConfig
+    from ...model import Transformer
 
-    shapes = [dict(d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8),  # a tiny model
-              dict(d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128),  # a Qwen3-1.7B-sized one
-              dict(d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8)]  # n_heads * head_dim != d_model
-    cases = [(f"{s['n_layers']} layers d_model={s['d_model']} {s['n_heads']}x{s['head_dim']} heads {gran}",
-              (ModelConfig(vocab_size=100, gate="G1", gate_granularity=gran, **s),))
-             for s in shapes for gran in ("headwise", "elementwise")]
-    mistakes = [(lambda c: _gate_params(c, layers=False), "one layer only: every layer has its own gate"),
-                (lambda c: _gate_params(c, heads="kv"), "one gate per *query* head (n_heads), not per kv head"),
-                (lambda c: _gate_params(c, width="head_dim"), "a headwise gate has one row per head, not head_dim"),
-                (lambda c: _gate_params(c, width="d_model"),
-                 "an elementwise gate has one row per head dimension, n_heads * head_dim rows, which is not "
-                 "d_model in general (here n_heads * head_dim != d_model)"),
-                (lambda c: _gate_params(c, inputs="head_dim"),
-                 "every gate row reads the whole hidden state: d_model inputs per row, not head_dim")]
-    return check("gate_param_count", fn, reference_gate_param_count, cases, mistakes, atol=0, rtol=0)
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate=gate,
+                      gate_granularity=granularity)
+    model = Transformer(cfg).eval()
+    tokens = torch.randint(1, 40, (3, 14), generator=torch.Generator().manual_seed(seed))
+    tokens[:, 0] = 0  # <bos>
+    return model, tokens
+
+
+def head_output_by_part(fn: Callable) -> Callable:
+    """fn(model, tokens, layer, n_random) -> (2, head); see reference_head_output_by_part."""
+    (m0, t0), (m1, t1), (m2, t2) = _copy_model(0, "G1"), _copy_model(1, "G1", "elementwise"), _copy_model(2, "none")
+    cases = [("tiny headwise model, layer 1, 6 random", (m0, t0, 1, 6)),
+             ("tiny elementwise model, layer 0, 5 random", (m1, t1, 0, 5)),
+             ("tiny baseline, layer 0, 6 random", (m2, t2, 0, 6))]
+    mistakes = [
+        (lambda *a: _head_output_by_part(*a, point="before gate"),
+         "that is the output *before* the gate (hook_z): in a gated layer o_proj receives hook_z_gated"),
+        (lambda *a: _head_output_by_part(*a, start=0),
+         "leave out query 0 (<bos>): the random part's queries are positions 1..n_random"),
+        (lambda *a: _head_output_by_part(*a, split=1),
+         "the separator (position n_random + 1) belongs to the copy part: slice the random part as 1 : n_random + 1"),
+        (lambda *a: _head_output_by_part(*a, stat="norm of mean"),
+         "take each output vector's norm, then average: the norm of the mean vector hides outputs that vary"),
+        (lambda *a: _head_output_by_part(*a, stat="squared"),
+         "the L2 norm (vector.norm(dim=-1)), not its square"),
+        (lambda *a: _head_output_by_part(*a, stat="head mean"),
+         "keep one number per head: average over rows and queries only"),
+    ]
+    raises = [(r"KeyError", "a gated layer's output after the gate is at blocks.{layer}.attn.hook_z_gated, an ungated "
+                            "layer's at hook_z: model.cfg.is_gated(layer) says which")]
+    return check("head_output_by_part", fn, reference_head_output_by_part, cases, mistakes, atol=1e-5, rtol=1e-4,
+                 raises=raises)
 
 
 # ── where the gate hides in q_proj ───────────────────────────────────────────────────────────────────

@@ -167,6 +167,32 @@ def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution o
     return fig
 
 
+def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0):
+    """Per-head numbers as an annotated heatmap, one panel per model: {model: {column: (head,) tensor}}; heads down,
+    columns across, each cell printed to two decimals. Columns a model lacks (an ungated model's gate) stay blank."""
+    columns = list(dict.fromkeys(c for cols in tables.values() for c in cols))
+    n_heads = max(len(v) for cols in tables.values() for v in cols.values())
+    fig, axes = plt.subplots(1, len(tables), figsize=(0.9 * len(columns) * len(tables) + 1.5, 0.45 * n_heads + 1.6),
+                             squeeze=False, layout="constrained")
+    for ax, (name, cols) in zip(axes[0], tables.items(), strict=True):
+        grid = torch.full((n_heads, len(columns)), float("nan"))  # (head, column)
+        for j, c in enumerate(columns):
+            if c in cols:
+                grid[: len(cols[c]), j] = torch.as_tensor(cols[c], dtype=torch.float).cpu()
+        im = ax.imshow(grid.numpy(), cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
+        for h, row in enumerate(grid.tolist()):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, h, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                            color="black" if v > 0.6 * vmax else "white")
+        ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
+        ax.set_yticks(range(n_heads), [f"h{h}" for h in range(n_heads)])
+        ax.set_title(name)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
+    fig.suptitle(title)
+    return fig
+
+
 def gate_head_means(scores: dict, title: str = "Mean gate score per head"):
     """(layer x head) heatmap of the mean gate, one panel per model ({name: GateScores})."""
     fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.6), squeeze=False, layout="constrained")

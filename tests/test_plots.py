@@ -156,3 +156,14 @@ def test_log_axes_have_plain_readable_ticks():
     assert len(labels) >= 3 and all(label.replace(",", "").isdigit() for label in labels), labels
     assert plots._plain(150) == "150" and plots._plain(2000) == "2,000" and plots._plain(3e7) == "3e+07"
     plt.close(fig)
+
+
+def test_head_table_prints_every_number_and_leaves_missing_columns_blank():
+    tables = {"baseline": {"<bos>|random": torch.tensor([0.06, 0.94]), "source|copy": torch.tensor([0.96, 0.01])},
+              "headwise": {"<bos>|random": torch.tensor([0.9, 0.03]), "source|copy": torch.tensor([0.04, 0.94]),
+                           "gate|random": torch.tensor([0.87, 0.0])}}
+    fig = plots.head_table(tables, title="Layer 0")
+    base, gated = [ax for ax in fig.axes if ax.get_images()]
+    assert [t.get_text() for t in gated.get_xticklabels()] == ["<bos>|random", "source|copy", "gate|random"]
+    assert sorted(t.get_text() for t in base.texts) == ["0.01", "0.06", "0.94", "0.96"]  # no gate column: blank
+    assert len(gated.texts) == 6 and base.get_title() == "baseline"

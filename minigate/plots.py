@@ -167,9 +167,10 @@ def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution o
     return fig
 
 
-def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0):
-    """Per-head numbers as an annotated heatmap, one panel per model: {model: {column: (head,) tensor}}; heads down,
-    columns across, each cell printed to two decimals. Columns a model lacks (an ungated model's gate) stay blank."""
+def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0, row_labels: list[str] | None = None):
+    """Per-head numbers as an annotated heatmap, one panel per model: {model: {column: (head,) tensor}}; heads down
+    (named h0, h1, ... or by row_labels), columns across, each cell printed to two decimals. Columns a model lacks
+    (an ungated model's gate) stay blank."""
     columns = list(dict.fromkeys(c for cols in tables.values() for c in cols))
     n_heads = max(len(v) for cols in tables.values() for v in cols.values())
     fig, axes = plt.subplots(1, len(tables), figsize=(0.9 * len(columns) * len(tables) + 1.5, 0.45 * n_heads + 1.6),
@@ -186,7 +187,7 @@ def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0):
                     ax.text(j, h, f"{v:.2f}", ha="center", va="center", fontsize=8,
                             color="black" if v > 0.6 * vmax else "white")
         ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
-        ax.set_yticks(range(n_heads), [f"h{h}" for h in range(n_heads)])
+        ax.set_yticks(range(n_heads), row_labels or [f"h{h}" for h in range(n_heads)])
         ax.set_title(name)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
     fig.suptitle(title)

@@ -167,3 +167,5 @@ def test_head_table_prints_every_number_and_leaves_missing_columns_blank():
     assert [t.get_text() for t in gated.get_xticklabels()] == ["<bos>|random", "source|copy", "gate|random"]
     assert sorted(t.get_text() for t in base.texts) == ["0.01", "0.06", "0.94", "0.96"]  # no gate column: blank
     assert len(gated.texts) == 6 and base.get_title() == "baseline"
+    rows = plots.head_table({"m": {"a": torch.tensor([0.1, 0.2])}}, row_labels=["L0 h0", "L1 h0"]).axes[0]
+    assert [t.get_text() for t in rows.get_yticklabels()] == ["L0 h0", "L1 h0"]

@@ -64,10 +64,10 @@ def _z_gated_everywhere(model, tokens, layer, n_random):  # an ungated layer has
     return torch.stack([z[:, 1: n_random + 1].norm(dim=-1).mean((0, 1)), z[:, n_random + 1:].norm(dim=-1).mean((0, 1))])
 
 
-def _noop_query_head_as_value_head(model, tokens, layer, head):  # ignores GQA: raises on a model with 2 value heads
+def _noop_query_head_as_value_head(model, tokens, layer, head):  # hook_v[:, :, head] ignores GQA: IndexError there
     _, cache = model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_v")
-    v = cache[f"blocks.{layer}.attn.hook_v"][:, :, head]
-    return l4._bos_noop_test(model, tokens, layer, head) if v is not None else None
+    _ = cache[f"blocks.{layer}.attn.hook_v"][:, :, head]
+    return l4._bos_noop_test(model, tokens, layer, head)
 
 
 def _override_one_pair(model, layer, value, head=None):

@@ -20,11 +20,9 @@ from minigate.course.checks import lesson06 as l6
 from minigate.course.checks import lesson07 as l7
 from minigate.course.checks import lesson08 as l8
 from minigate.analysis import uniform_first_token_share
-from minigate.train import lr_at
 
 # what each check returns for a stub: its reference
 REFERENCES = {name: getattr(checks, f"reference_{name}", None) for name in checks.EXERCISES}
-REFERENCES["lr_schedule"] = lr_at
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +50,9 @@ def _headwise_not_reshaped(z, g):
     return z * torch.sigmoid(g)
 
 
-def _lr_zero_division(step, cfg):
-    warm = cfg.lr * step / cfg.warmup_steps  # computed before asking whether there is a warmup
-    return warm if step <= cfg.warmup_steps else lr_at(step, cfg)
+def _onset_past_the_end(steps, values, threshold):  # no check for a metric that ends below: IndexError
+    below = [i for i, v in enumerate(values) if v <= threshold]
+    return steps[below[-1] + 1] if below else steps[0]
 
 
 def _z_gated_everywhere(model, tokens, layer, n_random):  # an ungated layer has no hook_z_gated: KeyError
@@ -145,25 +143,15 @@ MUTATIONS = [
         ref["split_q_proj"](qg, h, kv, d, gran)[0],
         ref["split_q_proj"](qg, h, kv, d, gran)[1][..., None] if gran == "headwise"
         else ref["split_q_proj"](qg, h, kv, d, gran)[1]), "output 1: expected shape"),
-    ("lr_schedule", "warmup from 0", lambda s, c: l3._schedule(s, c, warmup_shift=-1), "the first step is not 0"),
-    ("lr_schedule", "warmup s + 1", lambda s, c: l3._schedule(s, c, warmup_shift=1), "(not (s + 1))"),
-    ("lr_schedule", "no floor", lambda s, c: l3._schedule(s, c, floor="none"), "no min_lr floor"),
-    ("lr_schedule", "floor as a clamp", lambda s, c: l3._schedule(s, c, floor="clamp"), "not a clamp"),
-    ("lr_schedule", "linear", lambda s, c: l3._schedule(s, c, shape="linear"), "linear decay"),
-    ("lr_schedule", "cosine from 0", lambda s, c: l3._schedule(s, c, from_warmup=False), "end of the warmup"),
-    ("lr_schedule", "warmup 0 divides by zero", _lr_zero_division, "ZeroDivisionError"),
-    ("lr_schedule", "a list", lambda s, c: [lr_at(s, c)], "step 1: expected a number, got a list"),
-    ("next_token_loss", "no shift", lambda lg, tk: l3._next_token_loss(lg, tk, shift="none"), "no shift"),
-    ("next_token_loss", "left", lambda lg, tk: l3._next_token_loss(lg, tk, shift="left"), "the wrong way"),
-    ("next_token_loss", "roll", lambda lg, tk: l3._next_token_loss(lg, tk, shift="roll"), "torch.roll wraps"),
-    ("next_token_loss", "sum", lambda lg, tk: l3._next_token_loss(lg, tk, divide="sum"), "a sum, not a mean"),
-    ("next_token_loss", "b * t", lambda lg, tk: l3._next_token_loss(lg, tk, divide="all tokens"), "not by b * t"),
-    ("next_token_loss", "no log_softmax", lambda lg, tk: l3._next_token_loss(lg, tk, norm=None),
-     "not log-probabilities"),
-    ("next_token_loss", "log_softmax over positions", lambda lg, tk: l3._next_token_loss(lg, tk, norm=1),
-     "over the wrong axis"),
-    ("next_token_loss", "F.cross_entropy on (b, t, v)", lambda lg, tk: F.cross_entropy(lg[:, :-1], tk[:, 1:]),
-     "wants the vocabulary on axis 1"),
+    ("sink_onset", "first crossing", lambda *a: l3._sink_onset(*a, stay=False), "*stays* above"),
+    ("sink_onset", "index", lambda *a: l3._sink_onset(*a, out="index"), "position in the list"),
+    ("sink_onset", ">=", lambda *a: l3._sink_onset(*a, strict=False), "strictly greater"),
+    ("sink_onset", "last step below", lambda *a: l3._sink_onset(*a, out="last below"), "the tracked step after it"),
+    ("sink_onset", "step + 1", lambda *a: l3._sink_onset(*a, out="last below + 1"), "not steps[i] + 1"),
+    ("sink_onset", "None when above from the start", lambda *a: l3._sink_onset(*a, empty="none"), "steps[0]"),
+    ("sink_onset", "the step after the last dip, past the end", _onset_past_the_end, "IndexError"),
+    ("sink_onset", "a float", lambda *a: None if (r := l3.reference_sink_onset(*a)) is None else float(r),
+     "expected a step"),
     ("bos_noop_test", "<bos> in the denominator", lambda *a: l4._bos_noop_test(*a, others_from=0), "*other* positions"),
     ("bos_noop_test", "every position replaced", lambda *a: l4._bos_noop_test(*a, where="all"), "at <bos> only"),
     ("bos_noop_test", "every head replaced", lambda *a: l4._bos_noop_test(*a, which_heads="all"), "of one head only"),
@@ -193,17 +181,17 @@ MUTATIONS = [
     ("bos_share_by_part", "from <bos>", lambda p, n: l4._bos_share_by_part(p, n, to_key=False), "*from* <bos>"),
     ("bos_share_by_part", "head mean", lambda p, n: l4._bos_share_by_part(p, n, head_mean=True), "one number per head"),
     ("bos_share_by_part", "transposed", lambda p, n: l4._bos_share_by_part(p, n).T, "expected shape"),
-    ("read_gates", "logits", lambda m, t, a=False: l5._read_gates(m, t, a, hook="hook_gate_logits"), "gate *logits*"),
-    ("read_gates", "sorted names", lambda m, t, a=False: l5._read_gates(m, t, a, order="sorted"), "out of order"),
-    ("read_gates", "reversed", lambda m, t, a=False: l5._read_gates(m, t, a, order="reversed"), "reverse order"),
-    ("read_gates", "layer axis 1", lambda m, t, a=False: l5._read_gates(m, t, a, layer_axis=1), "wrong place"),
-    ("read_gates", "no average", lambda m, t, a=False: l5._read_gates(m, t, a, average="none"), "average_dims=True"),
-    ("read_gates", "average the last axis", lambda m, t, a=False: l5._read_gates(m, t, a, average="last"),
-     "no d_head axis"),
-    ("read_gates", "average heads", lambda m, t, a=False: l5._read_gates(m, t, a, average="heads"), "over the heads"),
-    ("read_gates", "a filter that drops the gates",
-     lambda m, t, a=False: m.run_with_cache(t, names_filter=lambda n: "pattern" in n)[1]["blocks.0.attn.hook_gate"],
+    ("gate_by_phase", "logits", lambda *a: l5._gate_by_phase(*a, hook="hook_gate_logits"), "gate *logits*"),
+    ("gate_by_phase", "sigmoid twice", lambda *a: l5._gate_by_phase(*a, squash=True), "sigmoid again"),
+    ("gate_by_phase", "query 0 in", lambda *a: l5._gate_by_phase(*a, start=0), "leave out query 0"),
+    ("gate_by_phase", "separator in the random part", lambda *a: l5._gate_by_phase(*a, split=1), "copy part"),
+    ("gate_by_phase", "no d_head average", lambda *a: l5._gate_by_phase(*a, average="none"), "average over d_head"),
+    ("gate_by_phase", "average heads", lambda *a: l5._gate_by_phase(*a, average="heads"), "over the heads"),
+    ("gate_by_phase", "a filter that drops the gate",
+     lambda m, t, L, n: m.run_with_cache(t, names_filter=lambda x: "pattern" in x)[1][f"blocks.{L}.attn.hook_gate"],
      "names_filter"),
+    ("gate_by_phase", "the next layer", lambda m, t, L, n: l5._gate_by_phase(m, t, (L + 1) % m.cfg.n_layers, n),
+     "gate_by_phase, case"),
     ("first_rest_ratio", "upside down", lambda p, s=0: l5._first_rest_ratio(p, s, invert=True), "upside down"),
     ("first_rest_ratio", "first in rest", lambda p, s=0: l5._first_rest_ratio(p, s, first_in_rest=True),
      "includes the first token"),
@@ -396,13 +384,12 @@ def test_grading_mode_still_passes_solutions(capsys):
 # ── the generic hint: the first output outside the tolerance, its largest error, and where ───────────
 
 def test_generic_hint_reports_the_true_largest_error_and_its_step():
-    from minigate.train import TrainConfig
-
-    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
-    clamp = l3._over_steps(lambda s, c: l3._schedule(s, c, floor="clamp"))
-    got, want = engine.as_tree(clamp(cfg)), engine.as_tree(l3._over_steps(lr_at)(cfg))
-    hint = engine._generic_hint(got, want, (1e-12, 1e-6), lambda idx: f"step {idx[0] + 1}")
-    assert hint.startswith("max |difference| = 8.94e-05 at step 81 (yours is lower);"), hint
+    want = torch.linspace(0, 1, 100, dtype=torch.float64)
+    got = want.clone()
+    got[30] += 0.01  # the first element off ...
+    got[80] -= 0.05  # ... and the largest error, which the hint reports
+    hint = engine._generic_hint(engine.as_tree(got), engine.as_tree(want), (1e-12, 1e-6), lambda i: f"step {i[0] + 1}")
+    assert hint.startswith("max |difference| = 0.05 at step 81 (yours is lower);"), hint
 
 
 def test_generic_hint_skips_differences_within_the_tolerance():

@@ -10,19 +10,16 @@ from minigate import ModelConfig, Transformer
 from minigate.course import checks
 from minigate.course.checks.lesson01 import _attention
 from minigate.course.checks.lesson02 import _split
-from minigate.course.checks.lesson03 import _schedule
 from minigate.course.checks.lesson04 import _f_attn_m_act
 from minigate.course.checks.lesson07 import _first_token_excess
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
-from minigate.train import lr_at
 
 REFERENCES = {
     checks.causal_attention: checks.reference_causal_attention,
     checks.g1_gate: checks.reference_g1_gate,
     checks.gated_output: checks.reference_gated_output,
     checks.split_q_proj: checks.reference_split_q_proj,
-    checks.lr_schedule: lr_at,
     checks.f_attn_m_act: checks.reference_f_attn_m_act,
     checks.first_token_excess: checks.reference_first_token_excess,
 }
@@ -30,7 +27,7 @@ REFERENCES = {
 
 def _mistakes():
     """(check, wrong function, expected hint fragment) for every typical mistake of every check."""
-    a, s, f, e = _attention, _schedule, _f_attn_m_act, _first_token_excess
+    a, f, e = _attention, _f_attn_m_act, _first_token_excess
     return [
         (checks.causal_attention, lambda q, k, v: a(q, k, v, softmax_dim=-2), "softmax over the wrong axis"),
         (checks.causal_attention, lambda q, k, v: a(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
@@ -46,11 +43,6 @@ def _mistakes():
         (checks.gated_output, lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
         (checks.split_q_proj, lambda *x: _split(*x, layout="per head"), "not per query head"),
         (checks.split_q_proj, lambda *x: _split(*x, layout="all queries first"), "not all at the end"),
-        (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=-1), "the first step is not 0"),
-        (checks.lr_schedule, lambda st, c: s(st, c, warmup_shift=1), "(not (s + 1))"),
-        (checks.lr_schedule, lambda st, c: s(st, c, floor="none"), "no min_lr floor"),
-        (checks.lr_schedule, lambda st, c: s(st, c, shape="linear"), "linear decay"),
-        (checks.lr_schedule, lambda st, c: s(st, c, from_warmup=False), "starts at the end of the warmup"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, first_query=1), "query 0 included"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, key_axis=False), "*to* key 0"),
         (checks.f_attn_m_act, lambda c, n: f(c, n, layer_stat="max"), "not the maximum over layers"),

@@ -198,15 +198,16 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
     import subprocess
     import sys
 
-    exercise = ("def lr(step, cfg):\n    \"\"\"Warmup + cosine.\"\"\"\n    ### BEGIN SOLUTION\n"
-                "    from minigate.train import lr_at\n    return lr_at(step, cfg)\n    ### END SOLUTION")
-    stdout = new_output("stream", name="stdout", text="✓ lr_schedule: passed (3 cases)\n0.002167\n")
+    exercise = ("def onset(steps, values, threshold):\n    \"\"\"The step from which values stay up.\"\"\"\n"
+                "    ### BEGIN SOLUTION\n    from minigate.course.checks import reference_sink_onset\n"
+                "    return reference_sink_onset(steps, values, threshold)\n    ### END SOLUTION")
+    stdout = new_output("stream", name="stdout", text="✓ sink_onset: passed (3 cases)\n30\n")
     nb = new_notebook(cells=[
         new_markdown_cell("badge", metadata={"tags": ["badge"]}),
         new_code_cell("setup", execution_count=0, metadata={"tags": ["setup"]}),
-        new_code_cell("from minigate.course import checks\nfrom minigate.train import TrainConfig", execution_count=1),
+        new_code_cell("from minigate.course import checks", execution_count=1),
         new_code_cell(exercise, execution_count=2),
-        new_code_cell("lr = checks.lr_schedule(lr)\nprint(round(lr(5, TrainConfig(steps=10, warmup_steps=2)), 6))",
+        new_code_cell("onset = checks.sink_onset(onset)\nprint(onset([10, 20, 30], [0.5, 0.1, 0.4], 0.3))",
                       execution_count=3, outputs=[stdout]),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     (tmp_path / "solutions").mkdir()
@@ -259,3 +260,16 @@ def test_study_minutes_counts_prose_code_and_exercises(dirs):
     table.outputs = [nbformat.v4.new_output("stream", name="stdout", text="0.1 0.2\n" * 200)]  # 200 lines to read
     nb.cells.append(table)
     assert course.study_minutes(nb) == base + 20
+    nb.cells.append(new_markdown_cell("### Exercise 1 · A long one (about 25 minutes)\n\nWrite it."))
+    assert course.study_minutes(nb) == base + 20 + 15  # its own budget (25) counts, not the default 10
+
+
+def test_every_exercise_heading_states_its_budget():
+    """Each lesson has one '(about N minutes)' exercise heading per graded check, and the study time counts them."""
+    from minigate.course import checks
+    from minigate.course.study import exercise_budgets
+
+    for path in sorted((course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB)):
+        budgets = exercise_budgets(nbformat.read(path, as_version=4))
+        assert len(budgets) == len(checks.LESSONS[path.name[:2]]), (path.name, budgets)
+        assert all(5 <= b <= 30 for b in budgets), (path.name, budgets)

@@ -1,61 +1,68 @@
-"""Lesson 03's new check, next_token_loss: the reference passes, each typical mistake earns its hint, a stub
-falls back to the reference, and the reference is the loss train() minimises (train.evaluate on real windows)."""
-
-import math
+"""Lesson 03's check, sink_onset: the reference passes, each typical mistake earns its hint, a stub falls back, and
+on the shipped code models' histories the reference finds the baseline's sink and none in the gated twins."""
 
 import pytest
-import torch
-import torch.nn.functional as F
 
-from minigate import ModelConfig, Transformer
+import minigate
+from minigate.analysis import uniform_first_token_share
 from minigate.course import checks
-from minigate.data import eval_batches
-from minigate.train import evaluate
-
-L = checks._next_token_loss
+from minigate.course.checks import lesson03 as l3
 
 
 def test_reference_passes_and_is_returned(capsys):
-    assert checks.next_token_loss(checks.reference_next_token_loss) is checks.reference_next_token_loss
-    assert "✓ next_token_loss: passed (3 cases)" in capsys.readouterr().out
+    assert checks.sink_onset(checks.reference_sink_onset) is checks.reference_sink_onset
+    assert "✓ sink_onset: passed (3 cases)" in capsys.readouterr().out
 
 
-def test_a_float32_cross_entropy_answer_passes(capsys):
-    fn = lambda logits, tokens: F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
-    assert checks.next_token_loss(fn) is fn
+def test_a_loop_from_the_end_passes(capsys):
+    def fn(steps, values, threshold):
+        onset = None
+        for step, value in zip(reversed(steps), reversed(values)):
+            if value <= threshold:
+                return onset
+            onset = step
+        return onset
+    assert checks.sink_onset(fn) is fn
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda lg, tk: L(lg, tk, shift="none"), "no shift"),
-    (lambda lg, tk: L(lg, tk, shift="left"), "shifted the wrong way"),
-    (lambda lg, tk: L(lg, tk, shift="roll"), "torch.roll wraps around"),
-    (lambda lg, tk: L(lg, tk, divide="sum"), "a sum, not a mean"),
-    (lambda lg, tk: L(lg, tk, divide="all tokens"), "not by b * t"),
-    (lambda lg, tk: L(lg, tk, norm=None), "not log-probabilities"),
-    (lambda lg, tk: L(lg, tk, norm=1), "log_softmax over the wrong axis"),
+@pytest.mark.parametrize("kw, hint", [
+    (dict(stay=False), "*stays* above"),
+    (dict(out="index"), "position in the list"),
+    (dict(strict=False), "strictly greater"),
+    (dict(out="last below"), "the tracked step after it"),
+    (dict(out="last below + 1"), "not steps[i] + 1"),
+    (dict(empty="none"), "its onset is steps[0]"),
 ])
-def test_each_mistake_gets_its_hint(wrong, hint, capsys):
+def test_each_mistake_gets_its_hint(kw, hint, capsys):
     with pytest.raises(AssertionError):
-        checks.next_token_loss(wrong)
+        checks.sink_onset(lambda *a: l3._sink_onset(*a, **kw))
     out = capsys.readouterr().out
-    assert hint in out and out.startswith("✗ next_token_loss"), out
+    assert hint in out and out.startswith("✗ sink_onset"), out
+
+
+def test_an_unrecognised_wrong_step_gets_the_generic_hint(capsys):
+    def late(steps, values, threshold):  # one tracked step late
+        onset = checks.reference_sink_onset(steps, values, threshold)
+        return None if onset is None else steps[min(steps.index(onset) + 1, len(steps) - 1)]
+    with pytest.raises(AssertionError):
+        checks.sink_onset(late)
+    assert "max |difference| = 250 at threshold number 1 (yours is higher)" in capsys.readouterr().out
 
 
 def test_stub_falls_back_to_the_reference(capsys):
-    def stub(logits, tokens):
+    def stub(steps, values, threshold):
         raise NotImplementedError()
-    assert checks.next_token_loss(stub) is checks.reference_next_token_loss
-    assert "next_token_loss not implemented yet" in capsys.readouterr().out
+    assert checks.sink_onset(stub) is checks.reference_sink_onset
+    assert "sink_onset not implemented yet" in capsys.readouterr().out
 
 
-def test_reference_is_what_train_evaluates():
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16,
-                                    d_ff=64, max_seq_len=16)).eval()
-    stream = torch.randint(1, 64, (200,), generator=torch.Generator().manual_seed(1))
-    x, y = next(iter(eval_batches(stream, 4, 16, 0, 1)))
-    rows = torch.cat([x, y[:, -1:]], dim=1)  # [<bos>, w_0 .. w_15]: the window with its targets
-    with torch.no_grad():
-        got = checks.reference_next_token_loss(model(rows), rows).item()
-    assert got == pytest.approx(evaluate(model, stream, 16, batch_size=4, max_batches=1), abs=1e-5)
-    assert got == pytest.approx(math.log(64), abs=0.5)  # an untrained model is close to uniform
+def test_the_shipped_baseline_has_an_onset_and_its_gated_twins_none():
+    """F-Attn above uniform at T=512 settles above 0.03 in code-baseline during training, never in the gated twins."""
+    uniform = uniform_first_token_share(512)
+    onsets = {}
+    for name in ("baseline", "headwise", "elementwise"):
+        metrics = minigate.shipped_run(f"code-{name}")["history"]["metrics"]
+        steps, excess = [m["step"] for m in metrics], [m["f_attn"] - uniform for m in metrics]
+        onsets[name] = checks.reference_sink_onset(steps, excess, 0.03)
+    assert onsets["baseline"] is not None and onsets["baseline"] < 4000
+    assert onsets["headwise"] is None and onsets["elementwise"] is None

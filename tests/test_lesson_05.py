@@ -1,4 +1,4 @@
-"""Lesson 05's new checks, read_gates and first_rest_ratio: the reference passes, each typical mistake earns its
+"""Lesson 05's checks, gate_by_phase and first_rest_ratio: the reference passes, each typical mistake earns its
 hint, a stub falls back to the reference, and the references agree with the package's gates.gate_scores and
 GateScores.first_vs_rest(ci=True) on a shipped model."""
 
@@ -10,56 +10,62 @@ from minigate.course import checks
 from minigate.data import copy_task
 from minigate.gates import gate_scores
 
-R, F = checks._read_gates, checks._first_rest_ratio
+G, F = checks._gate_by_phase, checks._first_rest_ratio
 
 
-def test_read_gates_reference_passes_and_is_returned(capsys):
-    fn = lambda model, tokens, average_dims=False: checks.reference_read_gates(model, tokens, average_dims).clone()
-    assert checks.read_gates(fn) is fn
-    assert "✓ read_gates: passed (5 cases)" in capsys.readouterr().out
+def test_gate_by_phase_reference_passes_and_is_returned(capsys):
+    fn = lambda model, tokens, layer, n_random: checks.reference_gate_by_phase(model, tokens, layer, n_random).clone()
+    assert checks.gate_by_phase(fn) is fn
+    assert "✓ gate_by_phase: passed (3 cases)" in capsys.readouterr().out
 
 
-def test_read_gates_an_answer_with_run_with_hooks_passes(capsys):
-    def fn(model, tokens, average_dims=False):
+def test_gate_by_phase_an_answer_with_run_with_hooks_passes(capsys):
+    def fn(model, tokens, layer, n_random):
         seen = {}
-        model.run_with_hooks(tokens, fwd_hooks=[(lambda n: n.endswith("attn.hook_gate"),
-                                                 lambda g, hook: seen.__setitem__(hook.name, g))])
-        g = torch.stack([seen[f"blocks.{L}.attn.hook_gate"] for L in range(model.cfg.n_layers)], dim=2)
-        return g.mean(-1) if average_dims and g.dim() == 5 else g
-    assert checks.read_gates(fn) is fn
+        model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_gate",
+                                                 lambda g, hook: seen.__setitem__("g", g))])
+        g = seen["g"] if seen["g"].dim() == 3 else seen["g"].mean(-1)  # (batch, pos, head)
+        return torch.stack([g[:, 1:n_random + 1].mean((0, 1)), g[:, n_random + 1:].mean((0, 1))])
+    assert checks.gate_by_phase(fn) is fn
 
 
 @pytest.mark.parametrize("kw, hint", [
     (dict(hook="hook_gate_logits"), "gate *logits*"),
-    (dict(order="sorted"), "blocks.10 before blocks.2"),
-    (dict(order="reversed"), "reverse order"),
-    (dict(layer_axis=1), "stack the layers on axis 2"),
-    (dict(average="none"), "average_dims=True asks for the mean"),
-    (dict(average="last"), "a headwise gate has no d_head axis"),
-    (dict(average="heads"), "averages over the heads"),
+    (dict(squash=True), "sigmoid again"),
+    (dict(start=0), "leave out query 0"),
+    (dict(split=1), "belongs to the copy part"),
+    (dict(average="none"), "average over d_head"),
+    (dict(average="heads"), "over the heads"),
 ])
-def test_read_gates_each_mistake_gets_its_hint(kw, hint, capsys):
+def test_gate_by_phase_each_mistake_gets_its_hint(kw, hint, capsys):
     with pytest.raises(AssertionError):
-        checks.read_gates(lambda model, tokens, average_dims=False: R(model, tokens, average_dims, **kw))
+        checks.gate_by_phase(lambda *a: G(*a, **kw))
     out = capsys.readouterr().out
-    assert hint in out and out.startswith("✗ read_gates"), out
+    assert hint in out and out.startswith("✗ gate_by_phase"), out
 
 
-def test_read_gates_stub_falls_back_to_the_reference(capsys):
-    def stub(model, tokens, average_dims=False):
+def test_gate_by_phase_stub_falls_back_to_the_reference(capsys):
+    def stub(model, tokens, layer, n_random):
         raise NotImplementedError()
-    assert checks.read_gates(stub) is checks.reference_read_gates
-    assert "read_gates not implemented yet" in capsys.readouterr().out
+    assert checks.gate_by_phase(stub) is checks.reference_gate_by_phase
+    assert "gate_by_phase not implemented yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", ["copy-headwise", "copy-elementwise"])
-def test_read_gates_reference_matches_gate_scores(name):
+def test_gate_by_phase_reference_matches_gate_scores(name):
     model = minigate.shipped(name)
-    x = copy_task(3, seed=3)[:, :-1]
-    g = gate_scores(model, x)
-    got = checks.reference_read_gates(model, x)  # (batch, pos, layer, head[, d_head])
-    torch.testing.assert_close(got.flatten(0, 1), g.values)
-    torch.testing.assert_close(checks.reference_read_gates(model, x, True).flatten(0, 1), g.head_averaged().values)
+    x = copy_task(3, seed=3)[:, :-1]  # (3, 64): <bos>, 32 random, |, the copy
+    g = gate_scores(model, x).head_averaged().values.reshape(3, x.shape[1], model.cfg.n_layers, -1)  # b pos L head
+    want = torch.stack([g[:, 1:33, 1].mean((0, 1)), g[:, 33:, 1].mean((0, 1))])
+    torch.testing.assert_close(checks.reference_gate_by_phase(model, x, 1, 32), want)
+
+
+def test_gate_by_phase_copy_headwise_switches_by_phase():
+    """The shipped copy model's layer 0: its copy head is shut on the random part and open on the copy part."""
+    model = minigate.shipped("copy-headwise")
+    random, copy = checks.reference_gate_by_phase(model, copy_task(64, seed=3)[:, :-1], 0, 32)
+    h = int(random.argmin())
+    assert random[h] < 0.1 < 0.8 < copy[h]
 
 
 def test_first_rest_ratio_reference_passes_and_is_returned(capsys):

@@ -9,11 +9,20 @@ import nbformat
 from .build import ANSWERS, STUB, stub_source
 
 
+EXERCISE_BUDGET = re.compile(r"^#{2,3} Exercise\b[^\n]*\(about (\d+) minutes\)", re.M)  # a heading's own budget
+DEFAULT_BUDGET = 10  # minutes for an exercise whose heading states none
+
+
+def exercise_budgets(nb: nbformat.NotebookNode) -> list[int]:
+    """The minutes each exercise heading budgets ("### Exercise 2 · Is the sink a no-op? (about 15 minutes)")."""
+    return [int(m) for cell in nb.cells if cell.cell_type == "markdown" for m in EXERCISE_BUDGET.findall(cell.source)]
+
+
 def study_minutes(nb: nbformat.NotebookNode) -> int:
     """A lesson's study time in minutes: prose at 120 words a minute, code at 6 lines a minute, printed output at 20
-    lines a minute (tables of numbers are read, not skimmed), 10 minutes per exercise and 5 for the self-check, rounded
-    to 5. Counted on the lesson (stubs, not answers), without the header line, the set-up cell, the deep dive and the
-    self-check."""
+    lines a minute (tables of numbers are read, not skimmed), each exercise's own budget from its heading
+    ("(about N minutes)"; 10 where a heading states none) and 5 for the self-check, rounded to 5. Counted on the
+    lesson (stubs, not answers), without the header line, the set-up cell, the deep dive and the self-check."""
     words = lines = exercises = output = 0
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
@@ -27,5 +36,7 @@ def study_minutes(nb: nbformat.NotebookNode) -> int:
             output += sum(len(o.get("text", "").splitlines())
                           for o in cell.get("outputs", []) if o.get("output_type") == "stream")
             exercises += n + source.count(STUB[1]) * (n == 0)
-    minutes = words / 120 + lines / 6 + output / 20 + 10 * exercises + 5
+    budgets = exercise_budgets(nb)[:exercises]
+    exercise_minutes = sum(budgets) + DEFAULT_BUDGET * (exercises - len(budgets))
+    minutes = words / 120 + lines / 6 + output / 20 + exercise_minutes + 5
     return 5 * round(minutes / 5)

@@ -1,4 +1,4 @@
-"""Lesson 05's checks: reading the gates, and the first token's gate with a bootstrap CI."""
+"""Lesson 05's checks: where the gate closes (by phase of a copy row), and the first token's gate with a CI."""
 
 from __future__ import annotations
 
@@ -8,33 +8,7 @@ import torch
 
 from .engine import check
 
-EXERCISES = ("read_gates", "first_rest_ratio")  # its check cells, in the lesson's order
-
-
-def reference_read_gates(model, tokens, average_dims=False):
-    """The G1 gate scores of every layer: tokens (batch, pos) -> (batch, pos, layer, head) for a headwise model,
-    (batch, pos, layer, head, d_head) for an elementwise one, or with average_dims=True (batch, pos, layer, head)
-    for both (an elementwise gate averaged over each head's dimensions). Read at blocks.{L}.attn.hook_gate (the
-    sigmoid scores), layers in model order 0..n_layers-1 (every layer is gated in the checked models)."""
-    return _read_gates(model, tokens, average_dims)
-
-
-@torch.no_grad()
-def _read_gates(model, tokens, average_dims=False, hook="hook_gate", order="model", layer_axis=2, average="dims"):
-    names = [f"blocks.{L}.attn.{hook}" for L in range(model.cfg.n_layers)]
-    if order == "sorted":  # sorted(cache) puts blocks.10 before blocks.2
-        names = sorted(names)
-    elif order == "reversed":
-        names = names[::-1]
-    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
-    gates = torch.stack([cache[n] for n in names], dim=layer_axis)  # (batch, pos, layer, head[, d_head])
-    if average_dims and average == "dims" and gates.dim() == 5:
-        gates = gates.mean(-1)
-    elif average_dims and average == "last":  # also "averages" a headwise gate: over its heads
-        gates = gates.mean(-1)
-    elif average_dims and average == "heads" and gates.dim() == 5:
-        gates = gates.mean(3)
-    return gates
+EXERCISES = ("gate_by_phase", "first_rest_ratio")  # its check cells, in the lesson's order
 
 
 def _gated_model(seed: int, granularity: str, n_layers: int = 3):
@@ -47,37 +21,57 @@ def _gated_model(seed: int, granularity: str, n_layers: int = 3):
     return Transformer(cfg).eval()
 
 
-def read_gates(fn: Callable) -> Callable:
-    """fn(model, tokens (batch, pos), average_dims=False) -> stacked gate scores; see reference_read_gates."""
-    tokens = lambda seed: torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(seed))
-    cases = [("headwise, 3 layers", (_gated_model(0, "headwise"), tokens(0), False)),
-             ("elementwise, 3 layers", (_gated_model(1, "elementwise"), tokens(1), False)),
-             ("elementwise, 3 layers, average_dims=True", (_gated_model(1, "elementwise"), tokens(1), True)),
-             ("headwise, average_dims=True (nothing to average)", (_gated_model(0, "headwise"), tokens(0), True)),
-             ("headwise, 12 layers", (_gated_model(2, "headwise", n_layers=12), tokens(2), False))]
+def reference_gate_by_phase(model, tokens, layer, n_random):
+    """tokens (batch, pos): copy-task rows (<bos>, n_random random symbols, the separator, the copy) -> (2, head):
+    the mean gate score (blocks.{layer}.attn.hook_gate, the sigmoid) of each head of `layer`, over the rows and the
+    random part's queries 1..n_random (row 0), then over the copy part's queries n_random + 1 .. (row 1, separator
+    included). An elementwise gate is averaged over each head's d_head dimensions too."""
+    return _gate_by_phase(model, tokens, layer, n_random)
+
+
+@torch.no_grad()
+def _gate_by_phase(model, tokens, layer, n_random, hook="hook_gate", start=1, split=0, average="dims",
+                   squash=False):
+    """The reference with switches for the typical mistakes."""
+    name = f"blocks.{layer}.attn.{hook}"
+    _, cache = model.run_with_cache(tokens, names_filter=name)
+    g = cache[name].float()  # (batch, pos, head) headwise, (batch, pos, head, d_head) elementwise
+    g = torch.sigmoid(g) if squash else g
+    if g.dim() == 4 and average == "dims":
+        g = g.mean(-1)  # (batch, pos, head)
+    elif g.dim() == 4 and average == "heads":
+        g = g.mean(2)  # (batch, pos, d_head): wrong
+    parts = (g[:, start: n_random + 1 + split], g[:, n_random + 1 + split:])
+    return torch.stack([p.mean((0, 1)) for p in parts])  # (2, head)
+
+
+def gate_by_phase(fn: Callable) -> Callable:
+    """fn(model, tokens, layer, n_random) -> (2, head); see reference_gate_by_phase."""
+    from .lesson02 import _copy_model  # tiny seeded copy-task rows and models, as in lesson 02's check
+
+    (m0, t0), (m1, t1), (m2, t2) = _copy_model(0, "G1"), _copy_model(1, "G1", "elementwise"), _copy_model(3, "G1")
+    cases = [("tiny headwise model, layer 1, 6 random", (m0, t0, 1, 6)),
+             ("tiny elementwise model, layer 0, 5 random", (m1, t1, 0, 5)),
+             ("tiny headwise model, layer 0, 4 random", (m2, t2, 0, 4))]
     mistakes = [
-        (lambda m, t, a: _read_gates(m, t, a, hook="hook_gate_logits"),
-         "those are the gate *logits* (hook_gate_logits, any real number); the gate scores are their sigmoid, "
-         "in (0, 1): read blocks.{L}.attn.hook_gate"),
-        (lambda m, t, a: _read_gates(m, t, a, order="sorted"),
-         "the layers are out of order: sorting the names as strings puts blocks.10 before blocks.2; build the "
-         "names in order, for L in range(model.cfg.n_layers)"),
-        (lambda m, t, a: _read_gates(m, t, a, order="reversed"),
-         "the layers are in reverse order: layer 0 comes first on the layer axis"),
-        (lambda m, t, a: _read_gates(m, t, a, layer_axis=1),
-         "the layer axis is in the wrong place: stack the layers on axis 2, (batch, pos, layer, head[, d_head])"),
-        (lambda m, t, a: _read_gates(m, t, a, average="none"),
-         "average_dims=True asks for the mean over each head's d_head dimensions (the last axis) of an "
-         "elementwise gate, giving (batch, pos, layer, head)"),
-        (lambda m, t, a: _read_gates(m, t, a, average="last"),
-         "a headwise gate has no d_head axis: average only a 5-d (elementwise) gate; a headwise one is already "
-         "(batch, pos, layer, head)"),
-        (lambda m, t, a: _read_gates(m, t, a, average="heads"),
-         "that averages over the heads; average over each head's dimensions (the last axis) instead"),
+        (lambda *a: _gate_by_phase(*a, hook="hook_gate_logits"),
+         "those are the gate *logits* (hook_gate_logits, any real number); the scores that multiply the head's "
+         "output are their sigmoid, in (0, 1): read blocks.{layer}.attn.hook_gate"),
+        (lambda *a: _gate_by_phase(*a, squash=True),
+         "hook_gate already holds the sigmoid scores: taking the sigmoid again squeezes them into (0.5, 0.73)"),
+        (lambda *a: _gate_by_phase(*a, start=0),
+         "leave out query 0 (<bos>): the random part's queries are positions 1..n_random"),
+        (lambda *a: _gate_by_phase(*a, split=1),
+         "the separator (position n_random + 1) belongs to the copy part: slice the random part as 1 : n_random + 1"),
+        (lambda *a: _gate_by_phase(*a, average="none"),
+         "an elementwise gate has one score per head dimension, (batch, pos, head, d_head): average over d_head "
+         "(the last axis) too, to get one number per head"),
+        (lambda *a: _gate_by_phase(*a, average="heads"),
+         "that averages an elementwise gate over the heads; average over each head's d_head dimensions (the last "
+         "axis) instead"),
     ]
-    raises = [(r"KeyError", "the cache holds only the names your names_filter kept: keep every "
-                            "f'blocks.{L}.attn.hook_gate' (or pass no filter)")]
-    return check("read_gates", fn, reference_read_gates, cases, mistakes, atol=1e-6, rtol=1e-5, raises=raises)
+    raises = [(r"KeyError", "the gate scores are at blocks.{layer}.attn.hook_gate: keep that name in names_filter")]
+    return check("gate_by_phase", fn, reference_gate_by_phase, cases, mistakes, atol=1e-6, rtol=1e-5, raises=raises)
 
 
 def reference_first_rest_ratio(per_prompt, seed=0):

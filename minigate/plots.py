@@ -167,27 +167,35 @@ def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution o
     return fig
 
 
-def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0, row_labels: list[str] | None = None):
+def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0, row_labels: list[str] | None = None,
+               log: bool = False, fmt: str = ".2f"):
     """Per-head numbers as an annotated heatmap, one panel per model: {model: {column: (head,) tensor}}; heads down
-    (named h0, h1, ... or by row_labels), columns across, each cell printed to two decimals. Columns a model lacks
-    (an ungated model's gate) stay blank."""
+    (named h0, h1, ... or by row_labels), columns across, each cell printed with `fmt`. Columns a model lacks (an
+    ungated model's gate) and NaNs stay blank. log=True colours on a log scale from the smallest to the largest
+    number (for numbers that span decades, such as perplexities); vmax is then ignored."""
     columns = list(dict.fromkeys(c for cols in tables.values() for c in cols))
     n_heads = max(len(v) for cols in tables.values() for v in cols.values())
-    fig, axes = plt.subplots(1, len(tables), figsize=(0.9 * len(columns) * len(tables) + 1.5, 0.45 * n_heads + 1.6),
+    values = torch.cat([torch.as_tensor(v, dtype=torch.float).flatten().cpu() for cols in tables.values()
+                        for v in cols.values()])
+    values = values[~values.isnan()]  # a NaN is a blank cell
+    norm = LogNorm(values.min().item(), values.max().item()) if log else plt.Normalize(0, vmax)
+    labels = row_labels or [f"h{h}" for h in range(n_heads)]
+    panel = 0.9 * len(columns) + 0.08 * max(len(label) for label in labels)  # inches: the cells and the row labels
+    fig, axes = plt.subplots(1, len(tables), figsize=(panel * len(tables) + 1.5, 0.45 * n_heads + 1.6),
                              squeeze=False, layout="constrained")
     for ax, (name, cols) in zip(axes[0], tables.items(), strict=True):
         grid = torch.full((n_heads, len(columns)), float("nan"))  # (head, column)
         for j, c in enumerate(columns):
             if c in cols:
                 grid[: len(cols[c]), j] = torch.as_tensor(cols[c], dtype=torch.float).cpu()
-        im = ax.imshow(grid.numpy(), cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
+        im = ax.imshow(grid.numpy(), cmap="viridis", norm=norm, aspect="auto")
         for h, row in enumerate(grid.tolist()):
             for j, v in enumerate(row):
                 if not math.isnan(v):
-                    ax.text(j, h, f"{v:.2f}", ha="center", va="center", fontsize=8,
-                            color="black" if v > 0.6 * vmax else "white")
+                    ax.text(j, h, format(v, fmt), ha="center", va="center", fontsize=8,
+                            color="black" if norm(v) > 0.6 else "white")
         ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
-        ax.set_yticks(range(n_heads), row_labels or [f"h{h}" for h in range(n_heads)])
+        ax.set_yticks(range(n_heads), labels)
         ax.set_title(name)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
     fig.suptitle(title)

@@ -169,3 +169,16 @@ def test_head_table_prints_every_number_and_leaves_missing_columns_blank():
     assert len(gated.texts) == 6 and base.get_title() == "baseline"
     rows = plots.head_table({"m": {"a": torch.tensor([0.1, 0.2])}}, row_labels=["L0 h0", "L1 h0"]).axes[0]
     assert [t.get_text() for t in rows.get_yticklabels()] == ["L0 h0", "L1 h0"]
+
+
+def test_head_table_on_a_log_scale_spans_the_numbers_and_formats_them():
+    """Perplexities from 8 to 3.7e7: log colours from the smallest to the largest, each printed with fmt."""
+    tables = {"a": {"open": torch.tensor([3.5e5, 36.0]), "pinned": torch.tensor([3.7e7, 17.4])},
+              "b": {"pinned": torch.tensor([8.0, 89.6]), "open": torch.tensor([float("nan"), 200.0])}}
+    fig = plots.head_table(tables, row_labels=["L0", "L1"], log=True, fmt=".3g")
+    a, b = [ax for ax in fig.axes if ax.get_images()]
+    assert sorted(t.get_text() for t in a.texts) == sorted(["3.5e+05", "36", "3.7e+07", "17.4"])
+    norm = a.get_images()[0].norm
+    assert type(norm).__name__ == "LogNorm" and (norm.vmin, norm.vmax) == (8.0, pytest.approx(3.7e7))
+    assert {t.get_text() for t in b.texts} == {"8", "89.6", "200"}  # the NaN is blank
+    plt.close(fig)

@@ -17,7 +17,7 @@ def test_reference_passes_and_is_returned(capsys):
 def test_a_loop_from_the_end_passes(capsys):
     def fn(steps, values, threshold):
         onset = None
-        for step, value in zip(reversed(steps), reversed(values)):
+        for step, value in zip(reversed(steps), reversed(values), strict=True):
             if value <= threshold:
                 return onset
             onset = step

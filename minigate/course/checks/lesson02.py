@@ -85,13 +85,25 @@ def reference_head_output_by_part(model, tokens, layer, n_random):
     return _head_output_by_part(model, tokens, layer, n_random)
 
 
+QUERY0_HINT = "leave out query 0 (<bos>): the random part's queries are positions 1..n_random"
+SEPARATOR_HINT = ("the separator (position n_random + 1) belongs to the copy part: slice the random part as "
+                  "1 : n_random + 1")
+
+
+def _copy_parts(x, n_random, dim=1, start=1, split=0):
+    """x along `dim` (the query positions of copy-task rows) -> (the random part's queries 1..n_random, the copy part's
+    n_random + 1 .., separator included); start and split move the cut, as the typical mistakes do."""
+    cut = n_random + 1 + split
+    return x.narrow(dim, start, cut - start), x.narrow(dim, cut, x.shape[dim] - cut)
+
+
 def _head_output_by_part(model, tokens, layer, n_random, point="after gate", start=1, split=0, stat="mean norm"):
     gated = model.cfg.is_gated(layer) and point == "after gate"
     name = f"blocks.{layer}.attn." + ("hook_z_gated" if gated else "hook_z")
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=name)
     z = cache[name].float()  # (batch, pos, head, d_head)
-    parts = (z[:, start: n_random + 1 + split], z[:, n_random + 1 + split:])
+    parts = _copy_parts(z, n_random, start=start, split=split)
     if stat == "mean norm":
         return torch.stack([p.norm(dim=-1).mean((0, 1)) for p in parts])  # (2, head)
     if stat == "norm of mean":
@@ -123,10 +135,8 @@ def head_output_by_part(fn: Callable) -> Callable:
     mistakes = [
         (lambda *a: _head_output_by_part(*a, point="before gate"),
          "that is the output *before* the gate (hook_z): in a gated layer o_proj receives hook_z_gated"),
-        (lambda *a: _head_output_by_part(*a, start=0),
-         "leave out query 0 (<bos>): the random part's queries are positions 1..n_random"),
-        (lambda *a: _head_output_by_part(*a, split=1),
-         "the separator (position n_random + 1) belongs to the copy part: slice the random part as 1 : n_random + 1"),
+        (lambda *a: _head_output_by_part(*a, start=0), QUERY0_HINT),
+        (lambda *a: _head_output_by_part(*a, split=1), SEPARATOR_HINT),
         (lambda *a: _head_output_by_part(*a, stat="norm of mean"),
          "take each output vector's norm, then average: the norm of the mean vector hides outputs that vary"),
         (lambda *a: _head_output_by_part(*a, stat="squared"),

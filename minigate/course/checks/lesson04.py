@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from .engine import check, randn
+from .lesson02 import _copy_parts  # the random part and the copy part of copy-task rows
 
 EXERCISES = ("locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part")  # check cells, in lesson order
 
@@ -129,7 +130,7 @@ def reference_bos_share_by_part(pattern, n_random):
 
 def _bos_share_by_part(pattern, n_random, start=1, split=0, to_key=True, head_mean=False):
     p = pattern[..., 0] if to_key else pattern[..., 0, :]  # (batch, head, query)
-    rand, copy = p[..., start: n_random + 1 + split], p[..., n_random + 1 + split:]
+    rand, copy = _copy_parts(p, n_random, dim=-1, start=start, split=split)
     out = torch.stack([rand.mean((0, 2)), copy.mean((0, 2))])  # (2, head)
     return out.mean(1, keepdim=True).expand_as(out) if head_mean else out
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from .engine import check
+from .lesson02 import QUERY0_HINT, SEPARATOR_HINT, _copy_model, _copy_parts  # copy-task rows, as in lesson 02
 
 EXERCISES = ("gate_by_phase", "first_rest_ratio")  # its check cells, in the lesson's order
 
@@ -41,14 +42,12 @@ def _gate_by_phase(model, tokens, layer, n_random, hook="hook_gate", start=1, sp
         g = g.mean(-1)  # (batch, pos, head)
     elif g.dim() == 4 and average == "heads":
         g = g.mean(2)  # (batch, pos, d_head): wrong
-    parts = (g[:, start: n_random + 1 + split], g[:, n_random + 1 + split:])
+    parts = _copy_parts(g, n_random, start=start, split=split)
     return torch.stack([p.mean((0, 1)) for p in parts])  # (2, head)
 
 
 def gate_by_phase(fn: Callable) -> Callable:
     """fn(model, tokens, layer, n_random) -> (2, head); see reference_gate_by_phase."""
-    from .lesson02 import _copy_model  # tiny seeded copy-task rows and models, as in lesson 02's check
-
     (m0, t0), (m1, t1), (m2, t2) = _copy_model(0, "G1"), _copy_model(1, "G1", "elementwise"), _copy_model(3, "G1")
     cases = [("tiny headwise model, layer 1, 6 random", (m0, t0, 1, 6)),
              ("tiny elementwise model, layer 0, 5 random", (m1, t1, 0, 5)),
@@ -59,10 +58,8 @@ def gate_by_phase(fn: Callable) -> Callable:
          "output are their sigmoid, in (0, 1): read blocks.{layer}.attn.hook_gate"),
         (lambda *a: _gate_by_phase(*a, squash=True),
          "hook_gate already holds the sigmoid scores: taking the sigmoid again squeezes them into (0.5, 0.73)"),
-        (lambda *a: _gate_by_phase(*a, start=0),
-         "leave out query 0 (<bos>): the random part's queries are positions 1..n_random"),
-        (lambda *a: _gate_by_phase(*a, split=1),
-         "the separator (position n_random + 1) belongs to the copy part: slice the random part as 1 : n_random + 1"),
+        (lambda *a: _gate_by_phase(*a, start=0), QUERY0_HINT),
+        (lambda *a: _gate_by_phase(*a, split=1), SEPARATOR_HINT),
         (lambda *a: _gate_by_phase(*a, average="none"),
          "an elementwise gate has one score per head dimension, (batch, pos, head, d_head): average over d_head "
          "(the last axis) too, to get one number per head"),

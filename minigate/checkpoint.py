@@ -2,7 +2,7 @@
 
 checkpoint.pt holds all it takes to resume: model, optimizer, grad scaler, step, RNG states (torch, the data
 sampler, python `random`, CUDA), model config, train config, history, and a SHA-256 of the weights.
-`check_checkpoint` is the pre-flight check of a run folder that train() and `minigate train` share.
+`check_checkpoint` is the pre-flight check of a run folder: train() runs it once per run, before it writes anything.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from .config import ModelConfig
 from .presets import MATH_FIELDS, TrainConfig
-from .pretrained import atomic_write
+from .runfolder import atomic_write
 
 
 @dataclass

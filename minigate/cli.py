@@ -1,10 +1,10 @@
 """The `minigate` command: train a preset, evaluate a trained model.
 
-    minigate train --preset ci --gate headwise --out runs/ci-headwise     # Ctrl-C: resumable checkpoint
-    minigate train --preset ci --gate headwise --out runs/ci-headwise --resume
-    minigate eval runs/ci-headwise                                        # validation loss, perplexity
+    minigate train --preset ci --variant headwise --out runs/ci-headwise     # Ctrl-C: resumable checkpoint
+    minigate train --preset ci --variant headwise --out runs/ci-headwise --resume
+    minigate eval runs/ci-headwise                                           # validation loss, perplexity
 
-A run folder holds checkpoint.pt, history.json, run.json (preset, gate, corpus, configs) and model/,
+A run folder holds checkpoint.pt, history.json, run.json (preset, variant, corpus, configs) and model/,
 the final model: config.json + model.safetensors (open with minigate.from_pretrained), plus copies
 of tokenizer.json and run.json so the folder is self-contained.
 """
@@ -17,18 +17,18 @@ import math
 import sys
 from pathlib import Path
 
-from .presets import PRESETS
+from .presets import PRESETS, VARIANTS, check_seq_len
 
 PRESET_NAMES = tuple(sorted(PRESETS))  # the --preset choices
 
 
 def cmd_train(args) -> int:
-    """Parse, call, print: run.plan_run does every check before anything is written, run.execute the run."""
+    """Parse, call, print: run.plan_run builds the configs and tokenizer, run.execute the data, model and run."""
     from .run import CouldNotWrite, execute, plan_run
     from .train import Interrupted, TrainingDiverged
 
     sets = dict(_parse_set(s) for s in args.set or [])
-    run = plan_run(args.preset, args.gate, args.out, args.resume, sets, args.steps, args.device, args.precision,
+    run = plan_run(args.preset, args.variant, args.out, args.resume, sets, args.steps, args.device, args.precision,
                    args.tokenizer)
     try:
         history = execute(run, progress=not args.quiet, announce=lambda line: print(line, flush=True))
@@ -63,8 +63,8 @@ def cmd_eval(args) -> int:
     import torch
 
     from . import data, from_pretrained
+    from .evaluation import evaluate
     from .run import load_tokens
-    from .train import evaluate
 
     folder = Path(args.dir)
     if (folder / "model" / "config.json").exists():
@@ -78,11 +78,11 @@ def cmd_eval(args) -> int:
     bos_id = run.get("train", {}).get("bos_id", 0)
     tokenizer = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
     model = from_pretrained(folder)
-    if seq_len > model.cfg.max_seq_len and not args.beyond_max_seq_len:
-        raise ValueError(f"--seq-len {seq_len} is longer than the model's max_seq_len={model.cfg.max_seq_len}, the "
-                         "context it was trained for; add --beyond-max-seq-len to measure extrapolation on purpose")
+    if not args.beyond_max_seq_len:
+        check_seq_len(model.cfg, "--seq-len", seq_len, "the context it was trained for; add --beyond-max-seq-len to "
+                      "measure extrapolation on purpose")
     if corpus in data.TASKS:
-        val_ids = load_tokens(corpus, None, seq_len, model.cfg.vocab_size)[2]
+        val_ids = load_tokens(corpus, None, seq_len, model.cfg.vocab_size)[1]
     else:
         tok = data.load_tokenizer(tokenizer)
         if tok.get_vocab_size() > model.cfg.vocab_size:
@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="; ".join(f"{name}: {PRESETS[name].about}" for name in PRESET_NAMES))
-    t.add_argument("--gate", required=True, choices=("none", "headwise", "elementwise"),
-                   help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate")
+    t.add_argument("--variant", "--gate", dest="variant", required=True, choices=tuple(VARIANTS),
+                   help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate, one score per "
+                        "head or per head dimension (--gate is another spelling)")
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     t.add_argument("--steps", type=_positive, help="override the preset's number of steps")

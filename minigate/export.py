@@ -25,7 +25,8 @@ from einops import rearrange
 from safetensors.torch import save
 
 from .model import Transformer
-from .pretrained import _as_dtype, atomic_write, save_tokenizer, to_official_state_dict
+from .pretrained import _as_dtype, save_tokenizer, to_official_state_dict
+from .runfolder import atomic_write
 
 
 def _check_exportable(model: Transformer) -> None:

@@ -2,7 +2,7 @@
 
     from minigate.presets import PRESETS, model_config
     p = PRESETS["ci"]
-    model_cfg, train_cfg = model_config("ci", gate="headwise"), p.train
+    model_cfg, train_cfg = model_config("ci", variant="headwise"), p.train
 
 What each preset has shown is logged in docs/experiments.md (the research log), not here.
 """
@@ -141,22 +141,28 @@ PRESETS: dict[str, Preset] = {
         train=TrainConfig(steps=3000, batch_size=32, seq_len=512, lr=3e-3, warmup_steps=300, weight_decay=0.1,
                           eval_every=250, eval_batches=20, ckpt_every=500, ckpt_minutes=5, compile="auto")),
 }
-GATES = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
-         "elementwise": dict(gate="G1", gate_granularity="elementwise")}
+# a run's variant (`minigate train --variant`): the ModelConfig gate fields of the baseline and the two G1 gates
+VARIANTS = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
+            "elementwise": dict(gate="G1", gate_granularity="elementwise")}
 
 
-def model_config(preset: str, gate: str = "none") -> ModelConfig:
-    """The ModelConfig of a preset with a gate: "none" (baseline), "headwise" or "elementwise" (G1)."""
+def model_config(preset: str, variant: str = "none") -> ModelConfig:
+    """The ModelConfig of a preset in one variant: "none" (baseline), "headwise" or "elementwise" (G1)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
-    if gate not in GATES:
-        raise ValueError(f"unknown gate {gate!r}; choose from {sorted(GATES)}")
-    return ModelConfig(**PRESETS[preset].model, **GATES[gate])
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
+    return ModelConfig(**PRESETS[preset].model, **VARIANTS[variant])
+
+
+def check_seq_len(model_cfg: ModelConfig, what: str, seq_len: int, fix: str):
+    """A ValueError if sequences of `seq_len` tokens (named `what` in the message) are longer than the context the
+    model is built for, max_seq_len; `fix` says what to do instead."""
+    if seq_len > model_cfg.max_seq_len:
+        raise ValueError(f"{what}={seq_len} is longer than the model's max_seq_len={model_cfg.max_seq_len}; {fix}")
 
 
 def check_context(model_cfg: ModelConfig, cfg: TrainConfig):
     """A ValueError if the training sequences are longer than the context the model is built for."""
-    if cfg.seq_len > model_cfg.max_seq_len:
-        raise ValueError(f"TrainConfig.seq_len={cfg.seq_len} is longer than the model's max_seq_len="
-                         f"{model_cfg.max_seq_len}; train at seq_len <= {model_cfg.max_seq_len}, or build the model "
-                         f"with max_seq_len >= {cfg.seq_len} (--set max_seq_len={cfg.seq_len})")
+    check_seq_len(model_cfg, "TrainConfig.seq_len", cfg.seq_len, f"train at seq_len <= {model_cfg.max_seq_len}, or "
+                  f"build the model with max_seq_len >= {cfg.seq_len} (--set max_seq_len={cfg.seq_len})")

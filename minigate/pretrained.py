@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save
 
 from .config import ModelConfig
 from .model import Transformer
+from .runfolder import atomic_write
 
 # (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {p} = projection
 _RENAMES = [
@@ -55,22 +56,6 @@ def _rename(name: str, to_official: bool) -> str:
 
 def to_official_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return {_rename(k, True): v for k, v in model.state_dict().items()}
-
-
-def atomic_write(path: str | os.PathLike, write):
-    """Call write(file) on a temp file in the same folder, then rename it over `path` (atomic on POSIX
-    and Windows): a crash at any moment leaves either the old file or the new one, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_pretrained(model: Transformer, path: str | os.PathLike, dtype: torch.dtype | str | None = None,

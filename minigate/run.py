@@ -1,11 +1,11 @@
-"""A preset run into a run folder: what `minigate train` does, from its flags to the finished folder.
+"""A preset run: what `minigate train` does, from its flags to the call of train().
 
-    run = plan_run("ci", "headwise", "runs/ci-headwise", sets={"lr": "0.01"})  # every check, nothing written
-    history = execute(run)                                                     # lock, data, run.json, train()
+    run = plan_run("ci", "headwise", "runs/ci-headwise", sets={"lr": "0.01"})  # configs, tokenizer; nothing written
+    history = execute(run)                                                     # data, model, run.json's dict, train()
 
-A run folder holds checkpoint.pt, history.json, run.json (preset, gate, corpus, configs) and model/,
-the final model: config.json + model.safetensors (open with minigate.from_pretrained), plus copies
-of tokenizer.json and run.json so the folder is self-contained. `--resume` (resume=True) rebuilds the
+run.py builds: the configs (a preset and its variant, or, resuming, what run.json recorded, then --set), the
+tokenizer (loaded once), the data and the model. train() owns the run folder (train.py's docstring): it checks,
+locks and writes it, each once, and writes run.json and all of model/. `--resume` (resume=True) rebuilds the
 configs from run.json, so a run continues with exactly the settings it started with.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +20,12 @@ import torch
 
 from . import data
 from .analysis import sink_tracker
-from .checkpoint import History, check_checkpoint
+from .checkpoint import History
 from .config import ConfigError, ModelConfig
 from .model import Transformer
-from .presets import GATES, PRESETS, TrainConfig, check_context
-from .pretrained import atomic_write, save_tokenizer
+from .presets import PRESETS, VARIANTS, TrainConfig
 from .resources import DATA_DIR
-from .runfolder import RunLock, check_writable
-from .train import pick_device, pick_precision, train
+from .train import train
 
 TASK_ROWS = (40_000, 512)  # rows of a synthetic task (data.TASKS) for training and validation (seeds 1 and 2)
 
@@ -45,7 +42,7 @@ class CouldNotWrite(Exception):
 @dataclass
 class PresetRun:
     preset: str  # a name in PRESETS
-    gate: str  # a name in GATES: none, headwise, elementwise
+    variant: str  # a name in VARIANTS: none, headwise, elementwise (run.json records it as "gate")
     out: Path  # the run folder
     resume: bool  # continue the checkpoint in `out` (with the settings run.json recorded)
     model_cfg: ModelConfig
@@ -60,16 +57,16 @@ class PresetRun:
 
     @property
     def resume_command(self) -> str:
-        return f"minigate train --preset {self.preset} --gate {self.gate} --out {self.out} --resume"
+        return f"minigate train --preset {self.preset} --variant {self.variant} --out {self.out} --resume"
 
 
-def load_tokens(corpus: str, tokenizer_path, seq_len: int = 64, vocab_size: int = 130):
-    """(tokenizer or None, train ids, validation ids) of a corpus, or of a synthetic task's rows (no tokenizer)."""
+def load_tokens(corpus: str, tok, seq_len: int = 64, vocab_size: int = 130):
+    """(train ids, validation ids) of a corpus, encoded with the loaded tokenizer `tok`, or of a synthetic
+    task's rows (data.TASKS; `tok` unused)."""
     if corpus in data.TASKS:
-        return (None, data.task_rows(corpus, TASK_ROWS[0], seq_len, vocab_size, seed=1),
+        return (data.task_rows(corpus, TASK_ROWS[0], seq_len, vocab_size, seed=1),
                 data.task_rows(corpus, TASK_ROWS[1], seq_len, vocab_size, seed=2))
-    tok = data.load_tokenizer(tokenizer_path)
-    return (tok, *data.encode_corpus(corpus, tok))
+    return data.encode_corpus(corpus, tok)
 
 
 def _shown_path(path: Path) -> str:
@@ -80,17 +77,17 @@ def _shown_path(path: Path) -> str:
         return str(path)
 
 
-def _recorded_run(out: Path, preset: str, gate: str) -> dict:
-    """run.json of the run in `out`, checked to be a run of this preset and gate."""
+def _recorded_run(out: Path, preset: str, variant: str) -> dict:
+    """run.json of the run in `out`, checked to be a run of this preset and variant."""
     run_file = out / "run.json"
     try:
         run = json.loads(run_file.read_text())
         recorded = (run["preset"], run["gate"])
     except (ValueError, KeyError) as e:
         raise ValueError(f"{run_file} is not a run.json written by minigate ({e}); it was left as it is") from None
-    if recorded != (preset, gate):
-        raise ValueError(f"{out} holds a run of --preset {run['preset']} --gate {run['gate']}, "
-                         f"not --preset {preset} --gate {gate}; resume it with those flags")
+    if recorded != (preset, variant):
+        raise ValueError(f"{out} holds a run of --preset {run['preset']} --variant {run['gate']}, "
+                         f"not --preset {preset} --variant {variant}; resume it with those flags")
     return run
 
 
@@ -109,12 +106,13 @@ def _coerce(default, value: str, name: str):
         raise ValueError(f"--set {name}={value}: expected {kind}") from None
 
 
-def configs(preset: str, gate: str, run: dict | None = None, sets: dict | None = None, steps: int | None = None,
+def configs(preset: str, variant: str, run: dict | None = None, sets: dict | None = None, steps: int | None = None,
             device: str | None = None, precision: str | None = None) -> tuple[ModelConfig, TrainConfig]:
     """The ModelConfig and TrainConfig of a run: the preset's (or, resuming, what run.json recorded), then every
     --set FIELD=VALUE of `sets` ({field: text}) at once (their order does not matter), then steps, device and
-    precision. A ValueError naming the --set flag that is wrong."""
-    model_kw = dict(run["model"]) if run else dict(PRESETS[preset].model, **GATES[gate])
+    precision. A ValueError naming the --set flag that is wrong. How the two fit each other and the machine
+    (context length, device, precision) is train()'s check."""
+    model_kw = dict(run["model"]) if run else dict(PRESETS[preset].model, **VARIANTS[variant])
     train_kw = dict(run["train"]) if run else dataclasses.asdict(PRESETS[preset].train)
     sets = sets or {}
     model_fields, train_fields = ModelConfig().to_dict(), dataclasses.asdict(TrainConfig())
@@ -134,18 +132,17 @@ def configs(preset: str, gate: str, run: dict | None = None, sets: dict | None =
     except ConfigError as e:
         flag = f"--set {e.field}={sets[e.field]}: " if e.field in sets else ""
         raise ValueError(f"{flag}{e}") from None
-    check_context(model_cfg, cfg)
     return model_cfg, cfg
 
 
-def plan_run(preset: str, gate: str, out, resume: bool = False, sets: dict | None = None, steps: int | None = None,
-             device: str | None = None, precision: str | None = None, tokenizer=None) -> PresetRun:
-    """Every check that needs no lock, before anything is written: run.json (resuming), the configs, the device,
-    the tokenizer. ValueError (or FileNotFoundError for a missing tokenizer) saying what to change."""
+def plan_run(preset: str, variant: str, out, resume: bool = False, sets: dict | None = None,
+             steps: int | None = None, device: str | None = None, precision: str | None = None,
+             tokenizer=None) -> PresetRun:
+    """What can be checked before any data is loaded: run.json (resuming), the configs, the tokenizer (loaded
+    here, once). ValueError (or FileNotFoundError for a missing tokenizer) saying what to change."""
     out = Path(out)
-    run = _recorded_run(out, preset, gate) if resume and (out / "run.json").exists() else None
-    model_cfg, cfg = configs(preset, gate, run, sets, steps, device, precision)
-    pick_precision(cfg.precision, pick_device(cfg.device))  # fails now if the device is not there
+    run = _recorded_run(out, preset, variant) if resume and (out / "run.json").exists() else None
+    model_cfg, cfg = configs(preset, variant, run, sets, steps, device, precision)
     tokenizer = Path(tokenizer) if tokenizer else data.DEFAULT_TOKENIZER
     tok = None
     if PRESETS[preset].corpus not in data.TASKS:
@@ -156,41 +153,38 @@ def plan_run(preset: str, gate: str, out, resume: bool = False, sets: dict | Non
         if tok.get_vocab_size() > model_cfg.vocab_size:
             raise ValueError(f"--tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model's vocab_size "
                              f"is {model_cfg.vocab_size}; add --set vocab_size={tok.get_vocab_size()}")
-    return PresetRun(preset, gate, out, resume, model_cfg, cfg, dict(sets or {}), tokenizer, tok)
+    return PresetRun(preset, variant, out, resume, model_cfg, cfg, dict(sets or {}), tokenizer, tok)
 
 
 def execute(run: PresetRun, progress: bool = True, announce=print) -> History:
-    """Hold the folder's lock, check its checkpoint, load the data, build the model, write run.json, train (with a
-    sink tracker), and copy the tokenizer and run.json next to the final model. `announce(line)` gets one line
-    before training starts. Raises train()'s Interrupted and TrainingDiverged, and CouldNotWrite."""
-    preset, out, cfg, model_cfg = PRESETS[run.preset], run.out, run.cfg, run.model_cfg
-    check_writable(out)
-    with RunLock(out):
-        check_checkpoint(out, model_cfg, run.resume)  # damaged or another config: nothing touched
-        _, train_ids, val_ids = load_tokens(preset.corpus, run.tokenizer, cfg.seq_len, model_cfg.vocab_size)
-        torch.manual_seed(cfg.seed)  # the model's initial weights
-        model = Transformer(model_cfg)
-        info = dict(preset=run.preset, gate=run.gate, gate_config=model_cfg.describe_gate(), corpus=preset.corpus,
-                    tokenizer=None if run.tok is None else _shown_path(run.tokenizer),
-                    train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
-        if "python-stdlib" in preset.corpus:
-            info["python_stdlib"] = data.stdlib_info()
-        if "python-code" in preset.corpus:
-            info["python_code"] = data.python_code_info()
-        record = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
-        atomic_write(out / "run.json", lambda f: f.write(json.dumps(record, indent=2).encode()))  # resume reads it
-        announce(f"{run.preset} / {model_cfg.describe_gate()}: {model.num_params() / 1e6:.2f}M parameters, "
-                 f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
-                 f"{cfg.steps} steps -> {out}")
-        n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
-        probe_ids = load_tokens(preset.probe, run.tokenizer)[2] if preset.probe else val_ids
-        probe = next(iter(data.eval_batches(probe_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)))[0]
-        try:
-            history = train(model, train_ids, val_ids, cfg, out_dir=out, resume=run.resume, info=info,
-                            progress=progress, callback=sink_tracker(probe))
-        except OSError as e:  # e.g. the disk filled up: the last checkpoint is intact (atomic writes)
-            raise CouldNotWrite(e) from e
-        if run.tok is not None:
-            save_tokenizer(run.tokenizer, out / "model")  # tokenizer.json + tokenizer_config.json (for AutoTokenizer)
-        shutil.copyfile(out / "run.json", out / "model" / "run.json")
-    return history
+    """Load the data, build the model and the run.json record, and train (with a sink tracker): train() checks,
+    locks and writes the run folder. `announce(line)` gets one line once train() holds the folder, before the
+    first step. Raises train()'s Interrupted and TrainingDiverged, its ValueErrors for inputs that do not fit,
+    and CouldNotWrite."""
+    preset, cfg, model_cfg = PRESETS[run.preset], run.cfg, run.model_cfg
+    train_ids, val_ids = load_tokens(preset.corpus, run.tok, cfg.seq_len, model_cfg.vocab_size)
+    torch.manual_seed(cfg.seed)  # the model's initial weights
+    model = Transformer(model_cfg)
+    info = dict(preset=run.preset, gate=run.variant, gate_config=model_cfg.describe_gate(), corpus=preset.corpus,
+                tokenizer=None if run.tok is None else _shown_path(run.tokenizer),
+                train_tokens=train_ids.numel(), val_tokens=val_ids.numel())
+    if "python-stdlib" in preset.corpus:
+        info["python_stdlib"] = data.stdlib_info()
+    if "python-code" in preset.corpus:
+        info["python_code"] = data.python_code_info()
+    record = dict(info, train=dataclasses.asdict(cfg), model=model.cfg.to_dict())
+    n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
+    probe_ids = load_tokens(preset.probe, run.tok)[1] if preset.probe else val_ids
+    probe = next(iter(data.eval_batches(probe_ids, n_probe, cfg.seq_len, cfg.bos_id, 1)))[0]
+    line = (f"{run.preset} / {model_cfg.describe_gate()}: {model.num_params() / 1e6:.2f}M parameters, "
+            f"{train_ids.numel():,} train and {val_ids.numel():,} validation tokens of {preset.corpus}, "
+            f"{cfg.steps} steps -> {run.out}")
+    try:
+        return train(model, train_ids, val_ids, cfg, out_dir=run.out, resume=run.resume, info=info,
+                     progress=progress, callback=sink_tracker(probe), run_json=record,
+                     tokenizer=None if run.tok is None else run.tokenizer,
+                     on_start=lambda: announce(line))
+    except (FileExistsError, FileNotFoundError):  # bad input found by train()'s checks: nothing was written
+        raise
+    except OSError as e:  # e.g. the disk filled up: the last checkpoint is intact (atomic writes)
+        raise CouldNotWrite(e) from e

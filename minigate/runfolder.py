@@ -1,10 +1,11 @@
-"""A run folder that is never silently corrupted: one run at a time, checked before anything is written.
+"""Files that are never silently corrupted: atomic writes, and a run folder that one run at a time holds.
 
+    atomic_write("runs/x/run.json", lambda f: f.write(data))  # the old file or the new one, never half of one
     with RunLock("runs/ci-headwise"):      # a second run into the folder is refused at once
         ...                                # released on any exit (the OS drops it if the process dies)
 
-`check_writable(folder)` makes the folder and proves it can write there, before any data is loaded;
-`remove_orphans(folder)` removes the temp files that an interrupted atomic write left behind.
+`check_writable(folder)` makes the folder and proves it can write there; `remove_orphans(folder)` removes
+the temp files that an interrupted atomic write left behind. train() uses them, once per run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,28 @@ else:
             return False
 
 LOCK_NAME = ".lock"
-TMP_GLOB = ".*.tmp"  # pretrained.atomic_write's temp files: .<name>.<pid>.tmp
+TMP_GLOB = ".*.tmp"  # atomic_write's temp files, see _tmp_path
+
+
+def _tmp_path(path: Path) -> Path:
+    """Where atomic_write writes `path` first: .<name>.<pid>.tmp beside it (TMP_GLOB finds the orphans)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def atomic_write(path: str | os.PathLike, write):
+    """Call write(file) on a temp file in the same folder, then rename it over `path` (atomic on POSIX
+    and Windows): a crash at any moment leaves either the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class RunFolderInUse(RuntimeError):
@@ -48,7 +70,7 @@ def check_writable(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {folder} is a file, not a folder; choose a folder for the run")
-    probe = folder / f".write-probe.{os.getpid()}.tmp"
+    probe = _tmp_path(folder / "write-probe")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
@@ -62,7 +84,7 @@ def check_writable(folder: str | os.PathLike) -> Path:
 class RunLock:
     """Held for a whole run: `.lock` in the folder names the holder (pid, host, start time).
 
-    Re-entrant within one process (the CLI takes it before loading data, train() takes it again).
+    Re-entrant within one process: a nested `with RunLock(folder)` in the holder is a no-op, never a deadlock.
     A lock left by a process that no longer runs is reported and taken over."""
 
     _held: dict[Path, list] = {}  # folder -> [file object, depth], for this process

@@ -1,21 +1,27 @@
 """Training: AdamW, warmup + cosine, clipping, accumulation, mixed precision, resumable checkpoints.
 
     from minigate import Transformer
-    from minigate.train import PRESETS, model_config, train
+    from minigate.presets import PRESETS, model_config
+    from minigate.train import train
     p = PRESETS["ci"]
-    model = Transformer(model_config("ci", gate="headwise"))
+    model = Transformer(model_config("ci", variant="headwise"))
     history = train(model, train_tokens, val_tokens, p.train, out_dir="runs/ci-headwise")
     plt.plot(history.step, history.loss); plt.plot(history.eval_step, history.val_loss)
 
+With `out_dir`, train() owns the run folder for the whole run and does each thing once: it checks that the
+folder can be written, locks it (runfolder.RunLock), removes temp files an interrupted write left, checks the
+checkpoint it resumes from, writes run.json (the `run_json` dict, if given), trains, and writes model/.
 What `out_dir` holds:
     checkpoint.pt   all it takes to resume: model, optimizer, grad scaler, step, RNG states (torch, the
                     data sampler, python `random`, CUDA), model config, train config, history.
                     Written atomically (temp file + os.replace): a crash mid-write keeps the old one.
     history.json    the history so far (also written at every checkpoint)
-    model/          the final model, config.json + model.safetensors: from_pretrained(out_dir / "model")
+    run.json        `run_json`, what `minigate train` records about the run (run.py builds it)
+    model/          the final model, config.json + model.safetensors: from_pretrained(out_dir / "model"), and
+                    copies of the tokenizer (`tokenizer`) and run.json, so the folder stands on its own
 
-The configs and presets are presets.py's, History and the checkpoint file checkpoint.py's; all are
-importable from here too. The `minigate train` command's run folder (run.json, the preset's data) is run.py's.
+Evaluation is evaluation.py's; the configs and presets are presets.py's; History and checkpoint.pt are
+checkpoint.py's. The `minigate train` command builds the configs and data (run.py) and calls train().
 
 Determinism: on CPU, a run stopped at step k (Ctrl-C, or killed after a checkpoint) and resumed with
 `resume=True` ends with weights bitwise equal to an uninterrupted run: all randomness comes from the
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import math
 import platform
 import signal
@@ -33,27 +40,19 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 from tqdm.auto import tqdm
 
-from .checkpoint import (CheckpointError, History, check_checkpoint, ckpt_step, config_diff, load_checkpoint, restore,
-                         save_checkpoint, save_history)
-from .data import check_length, eval_batches, sample_batch
+from .checkpoint import History, check_checkpoint, ckpt_step, restore, save_checkpoint, save_history
+from .data import check_length, sample_batch
+from .evaluation import eval_mode, evaluate, token_cross_entropy
 from .model import check_token_ids
-from .presets import GATES, MATH_FIELDS, PRESETS, Preset, TrainConfig, check_context, model_config
+from .presets import TrainConfig, check_context
 from .pretrained import save_pretrained
-from .runfolder import RunLock, check_writable, remove_orphans
-
-__all__ = ["CheckpointError", "GATES", "History", "Interrupted", "MATH_FIELDS", "PRESETS", "Preset", "TrainConfig",
-           "Trainer", "TrainingDiverged", "check_checkpoint", "check_context", "ckpt_step", "config_diff",
-           "eval_mode", "evaluate", "is_spike", "load_checkpoint", "lr_at", "make_optimizer", "model_config",
-           "pick_device", "pick_precision", "save_checkpoint", "save_history", "token_cross_entropy", "train",
-           "tune_cpu_allocator"]
+from .runfolder import RunLock, atomic_write, check_writable, remove_orphans
 
 
 class _CompiledOrEager:
@@ -168,40 +167,6 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
 
-def token_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy of logits (batch, pos, vocab) against targets y (batch, pos), in float32: the mean over
-    every token, or with reduction="none" each token's own, (batch, pos). train, evaluate and ablation use it."""
-    loss = F.cross_entropy(rearrange(logits.float(), "b t v -> (b t) v"), rearrange(y, "b t -> (b t)"),
-                           reduction=reduction)
-    return loss if reduction == "mean" else rearrange(loss, "(b t) -> b t", b=y.shape[0])
-
-
-@contextmanager
-def eval_mode(model):
-    """Evaluation mode inside the block; the model's own mode (training or not) back after it, errors included."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-@torch.no_grad()
-def evaluate(model, tokens: torch.Tensor, seq_len: int, batch_size: int = 16, bos_id: int = 0,
-             max_batches: int | None = None, amp_dtype: torch.dtype | None = None) -> float:
-    """Mean next-token loss over fixed, non-overlapping windows of `tokens` (see data.eval_batches)."""
-    device = model.device
-    total, count = 0.0, 0
-    with eval_mode(model):
-        for x, y in eval_batches(tokens, batch_size, seq_len, bos_id, max_batches or None):
-            with torch.autocast(device.type, amp_dtype) if amp_dtype else nullcontext():
-                logits = model(x.to(device))
-            total += token_cross_entropy(logits, y.to(device)).item() * y.numel()
-            count += y.numel()
-    return total / count
-
-
 class Interrupted(KeyboardInterrupt):
     """Training stopped on Ctrl-C (SIGINT) or SIGTERM after writing a checkpoint; `.signum` says which."""
 
@@ -237,32 +202,53 @@ class _DeferStop:
 
 # -- the loop ------------------------------------------------------------------------------------------
 def train(model, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig, out_dir=None,
-          resume: bool = False, callback=None, progress: bool = True, info: dict | None = None) -> History:
+          resume: bool = False, callback=None, progress: bool = True, info: dict | None = None,
+          run_json: dict | None = None, tokenizer=None, on_start=None) -> History:
     """Train `model` on the token stream `train_data` (1-d ids), evaluating on `val_data`.
 
     callback(step, model, history) runs every cfg.callback_every steps, in eval mode without gradients,
-    and may return a dict of numbers to store in history.metrics. With out_dir: checkpoints, history.json
-    and the final model in out_dir/model (see the module docstring); resume=True continues from
-    out_dir/checkpoint.pt. Raises TrainingDiverged on a non-finite loss, keeping the last checkpoint.
-    Ctrl-C (SIGINT) or SIGTERM lets the current step finish, writes a checkpoint, then raises `Interrupted`
-    (a KeyboardInterrupt). While it runs, out_dir is locked (runfolder.RunLock): a second run into it is refused.
+    and may return a dict of numbers to store in history.metrics. With out_dir: the run folder of the module
+    docstring (checkpoints, history.json, run.json from `run_json`, and the final model in out_dir/model with
+    a copy of `tokenizer`, a tokenizer.json path); resume=True continues from out_dir/checkpoint.pt. Every
+    input is checked before the folder is touched; on_start() is called once the folder is locked and checked,
+    before the first step. Raises TrainingDiverged on a non-finite loss, keeping the last checkpoint. Ctrl-C
+    (SIGINT) or SIGTERM lets the current step finish, writes a checkpoint, then raises `Interrupted` (a
+    KeyboardInterrupt). While it runs, out_dir is locked: a second run into it is refused.
     """
     with _DeferStop() as stop:  # from the start: a Ctrl-C during setup also stops cleanly after a step
+        trainer = Trainer(model, train_data, val_data, cfg, callback, info)  # checks the inputs; writes nothing
         if out_dir is None:
-            return Trainer(model, train_data, val_data, cfg, None, resume, callback, info).run(progress, stop)
+            if on_start is not None:
+                on_start()
+            return trainer.run(progress, stop)
+        out_dir = Path(out_dir)
         with RunLock(check_writable(out_dir)):
             removed = remove_orphans(out_dir)
             if removed:
                 tqdm.write(f"removed {len(removed)} temp file(s) left by an interrupted write in {out_dir}")
-            return Trainer(model, train_data, val_data, cfg, out_dir, resume, callback, info).run(progress, stop)
+            trainer.resume_from(out_dir, check_checkpoint(out_dir, model.cfg, resume), resume)
+            if run_json is not None:  # written once every check passed; --resume reads it back
+                atomic_write(out_dir / "run.json", lambda f: f.write(json.dumps(run_json, indent=2).encode()))
+            if on_start is not None:
+                on_start()
+            history = trainer.run(progress, stop)
+            _save_model(out_dir / "model", model, tokenizer, run_json)
+        return history
+
+
+def _save_model(folder: Path, model, tokenizer, run_json: dict | None):
+    """All of model/: config.json and model.safetensors, the tokenizer, and run.json."""
+    save_pretrained(model, folder, tokenizer=tokenizer)
+    if run_json is not None:
+        atomic_write(folder / "run.json", lambda f: f.write(json.dumps(run_json, indent=2).encode()))
 
 
 class Trainer:
-    """One run of train(): checks the inputs, resumes from out_dir's checkpoint, then steps. `self.step` is the
-    last completed step and `self.data_rng` the data sampler's state after it: what a checkpoint saves."""
+    """One run of train(): checks the inputs and builds the optimizer, resumes from a run folder's checkpoint
+    (resume_from), then steps (run). `self.step` is the last completed step and `self.data_rng` the data
+    sampler's state after it: what a checkpoint saves."""
 
-    def __init__(self, model, train_data, val_data, cfg: TrainConfig, out_dir=None, resume: bool = False,
-                 callback=None, info: dict | None = None):
+    def __init__(self, model, train_data, val_data, cfg: TrainConfig, callback=None, info: dict | None = None):
         self.device = device = pick_device(cfg.device)
         self.amp_dtype, use_scaler = pick_precision(cfg.precision, device)
         check_length(train_data, cfg.seq_len, "training")
@@ -279,23 +265,24 @@ class Trainer:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         versions = {"python": sys.version.split()[0], "torch": str(torch.__version__)}
         self.history, self.step = History(info={**(info or {}), **versions}), 0
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.ckpt_path = self.out_dir / "checkpoint.pt" if out_dir is not None else None
-        ckpt = check_checkpoint(out_dir, model.cfg, resume) if out_dir is not None else None
-        if ckpt is not None:
-            self.history, self.step = restore(ckpt, model, self.opt, self.scaler, self.gen, cfg), ckpt["step"]
-            tqdm.write(f"resuming {out_dir} at step {self.step}/{cfg.steps}")
-        elif resume:
-            tqdm.write(f"no checkpoint in {out_dir}; starting from step 0")
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir = self.ckpt_path = None
         self.data_rng = self.gen.get_state()
         compile_ = cfg.compile is True or (cfg.compile == "auto" and device.type == "cuda")
         self.forward = _CompiledOrEager(model) if compile_ else model
         self.last_save = time.monotonic()
 
+    def resume_from(self, out_dir: Path, ckpt: dict | None, resume: bool):
+        """Checkpoint into out_dir from now on, continuing `ckpt` (checkpoint.check_checkpoint's) if there is one."""
+        self.out_dir, self.ckpt_path = out_dir, out_dir / "checkpoint.pt"
+        if ckpt is not None:
+            self.history, self.step = restore(ckpt, self.model, self.opt, self.scaler, self.gen, self.cfg), ckpt["step"]
+            self.data_rng = self.gen.get_state()
+            tqdm.write(f"resuming {out_dir} at step {self.step}/{self.cfg.steps}")
+        elif resume:
+            tqdm.write(f"no checkpoint in {out_dir}; starting from step 0")
+
     def run(self, progress: bool = True, stop: _DeferStop | None = None) -> History:
-        """Step to cfg.steps; checkpoints as configured, and at the end the final model in out_dir/model."""
+        """Step to cfg.steps, checkpointing as configured and at the end."""
         cfg, history = self.cfg, self.history
         pbar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, desc="train", dynamic_ncols=True)
         try:
@@ -304,7 +291,7 @@ class Trainer:
                 if is_spike(loss, history.loss, cfg):
                     history.spikes.append(step)
                 history.add_step(step, lr, loss, grad_norm, tok_s)
-                self.measure(step)
+                self.track(step)
                 if step < cfg.steps and (self.due(cfg.ckpt_every, step) or self.clock_due()):
                     self.checkpoint()
                 pbar.update(1)
@@ -322,10 +309,7 @@ class Trainer:
         finally:
             pbar.close()
         self.checkpoint()
-        if self.out_dir is not None:
-            save_pretrained(self.model, self.out_dir / "model")
         return history
-
     def train_step(self, step: int) -> tuple[float, float, float, float]:
         """One optimizer update over grad_accum micro-batches: (lr, mean loss, gradient norm, tokens/s)."""
         cfg, opt, scaler = self.cfg, self.opt, self.scaler
@@ -350,7 +334,7 @@ class Trainer:
         self.step, self.data_rng = step, self.gen.get_state()
         return lr, loss, grad_norm, cfg.batch_size * cfg.seq_len * cfg.grad_accum / (time.perf_counter() - t0)
 
-    def measure(self, step: int):
+    def track(self, step: int):
         """The validation loss every eval_every steps, the callback's metrics every callback_every steps."""
         cfg, history = self.cfg, self.history
         if self.due(cfg.eval_every, step):

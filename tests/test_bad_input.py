@@ -20,7 +20,9 @@ import torch
 import minigate
 from minigate import ModelConfig, Transformer, ablation
 from minigate import train as T
+from minigate.checkpoint import CheckpointError, ckpt_step, load_checkpoint
 from minigate.cli import main
+from minigate.presets import TrainConfig
 from minigate.runfolder import RunFolderInUse, RunLock
 
 ARGS = ["--preset", "ci", "--gate", "headwise", "--quiet", "--threads", "1"]
@@ -150,8 +152,8 @@ def test_damaged_checkpoints_are_named_as_damaged_and_left_alone(run_copy, capsy
     ckpt.write_bytes(bytes(raw))
     err = _one_line_error(capsys, resume, "checksum", "corrupted", folder=run_copy)
     assert "delete" not in err and "learning rate" not in err
-    with pytest.raises(T.CheckpointError, match="checksum"):
-        T.load_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match="checksum"):
+        load_checkpoint(ckpt)
 
 
 def test_damaged_weights_tokenizer_and_config(run_copy, capsys, tmp_path):
@@ -228,7 +230,7 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tm
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 143, stderr
     assert "SIGTERM" in stdout and "--resume" in stdout and "Traceback" not in stderr
-    stopped_at = T.ckpt_step(out / "checkpoint.pt")
+    stopped_at = ckpt_step(out / "checkpoint.pt")
     assert 1 <= stopped_at < steps and not (out / ".lock").exists()
     assert json.loads((out / "run.json").read_text())["gate"] == "headwise"  # the refused run wrote nothing
 
@@ -276,10 +278,10 @@ def test_time_based_checkpoints(tmp_path, monkeypatch):
     def tick(step, model, history):  # one minute per step
         clock["t"] += 60
         if (tmp_path / "checkpoint.pt").exists():
-            steps_saved.append(T.ckpt_step(tmp_path / "checkpoint.pt"))
+            steps_saved.append(ckpt_step(tmp_path / "checkpoint.pt"))
 
     torch.manual_seed(0)
-    cfg = T.TrainConfig(steps=6, batch_size=4, seq_len=16, warmup_steps=1, eval_every=3, eval_batches=1,
+    cfg = TrainConfig(steps=6, batch_size=4, seq_len=16, warmup_steps=1, eval_every=3, eval_batches=1,
                         callback_every=1, ckpt_every=0, ckpt_minutes=2, device="cpu")
     T.train(Transformer(ModelConfig(**TINY)), tr, va, cfg, out_dir=tmp_path, callback=tick, progress=False)
     assert steps_saved[:4] == [2, 2, 4, 4]  # every 2 minutes, with no step-based checkpoints
@@ -298,7 +300,7 @@ def test_model_config_rejects(field, value):
                                          ("steps", True), ("seed", -1), ("compile", "yes"), ("bos_id", -1)])
 def test_train_config_rejects(field, value):
     with pytest.raises(ValueError, match=f"TrainConfig.{field}="):
-        T.TrainConfig(**{field: value})
+        TrainConfig(**{field: value})
 
 
 def test_token_ids_are_checked_where_they_enter_the_model():
@@ -309,7 +311,7 @@ def test_token_ids_are_checked_where_they_enter_the_model():
             model(torch.tensor([[1, bad, 2]]))
     g = torch.Generator().manual_seed(0)
     tr, va = torch.randint(1, 64, (3000,), generator=g), torch.randint(1, 64, (500,), generator=g)
-    cfg = T.TrainConfig(steps=2, batch_size=2, seq_len=16, warmup_steps=0, device="cpu")
+    cfg = TrainConfig(steps=2, batch_size=2, seq_len=16, warmup_steps=0, device="cpu")
     with pytest.raises(ValueError, match="training data hold token id -3"):
         T.train(model, torch.cat([tr, torch.tensor([-3])]), va, cfg, progress=False)
     with pytest.raises(ValueError, match="seq_len=16 is longer than the model's max_seq_len=8"):
@@ -361,4 +363,4 @@ def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(tmp_path, capsys
     assert main(["train", *ARGS, "--out", str(out), "--steps", "6", "--set", "ckpt_every=2"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "No space left on device" in err and "intact" in err and "--resume" in err
-    assert T.ckpt_step(out / "checkpoint.pt") == 2 and not list(out.glob(".*.tmp"))
+    assert ckpt_step(out / "checkpoint.pt") == 2 and not list(out.glob(".*.tmp"))

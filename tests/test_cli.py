@@ -14,8 +14,9 @@ import torch
 
 import minigate
 from minigate import data
+from minigate.checkpoint import ckpt_step
 from minigate.cli import main
-from minigate.train import ckpt_step, evaluate
+from minigate.evaluation import evaluate
 
 ARGS = ["--preset", "ci", "--gate", "headwise", "--quiet", "--threads", "1"]
 
@@ -54,7 +55,7 @@ def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
     assert json.loads((out / "history.json").read_text())["step"] == [1, 2, 3, 4, 5]
     capsys.readouterr()
     assert main(["train", "--preset", "ci", "--gate", "none", "--out", str(out), "--resume", "--quiet"]) == 2
-    assert "--gate headwise, not --preset ci --gate none" in capsys.readouterr().err
+    assert "--variant headwise, not --preset ci --variant none" in capsys.readouterr().err
 
 
 def test_command_line_errors(tmp_path, capsys):

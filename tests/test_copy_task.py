@@ -9,7 +9,9 @@ import minigate
 from minigate import data
 from minigate.analysis import attention_sink
 from minigate.cli import main
-from minigate.train import TrainConfig, evaluate, train
+from minigate.evaluation import evaluate
+from minigate.presets import TrainConfig
+from minigate.train import train
 
 
 def test_rows_are_bos_random_half_separator_then_the_copy():

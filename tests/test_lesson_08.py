@@ -1,21 +1,18 @@
-"""Lesson 08's new checks, loss_spikes and qwen3_next_q_proj: the reference passes, each typical mistake earns its hint,
-a stub falls back to the reference; the spike reference is what train() records, and the re-ordered weights make a
-minigate Attention compute what transformers' Qwen3NextAttention computes."""
-
-import functools
+"""Lesson 08's new checks, loss_spikes and qwen3_next_q_proj: the reference passes, a stub falls back to the reference;
+the spike reference is what train() records, and the re-ordered weights make a minigate Attention compute what
+transformers' Qwen3NextAttention computes. That each typical mistake earns its hint is tests/test_check_mutations.py's,
+for every check."""
 
 import pytest
 import torch
 from torch import nn
 
 from minigate import ModelConfig, Transformer
-from minigate.course import checks
 from minigate.attention import Attention, rope_cos_sin
+from minigate.course import checks
 from minigate.data import copy_task
-from minigate.train import TrainConfig, train
-
-S = checks._loss_spikes
-Q = checks._qwen3_next_q_proj
+from minigate.presets import TrainConfig
+from minigate.train import train
 
 
 def test_loss_spikes_reference_passes_and_is_returned(capsys):
@@ -28,19 +25,6 @@ def test_a_plain_loop_passes():
     def fn(losses, factor, window):
         return [i + 1 for i in range(window, len(losses)) if losses[i] > factor * sum(losses[i - window:i]) / window]
     assert checks.loss_spikes(fn) is fn
-
-
-@pytest.mark.parametrize("wrong, hint", [
-    (functools.partial(S, one_based=False), "steps are 1-based"),
-    (functools.partial(S, include_self=True), "*before* the step"),
-    (functools.partial(S, partial=True), "no step is judged before"),
-    (functools.partial(S, all_previous=True), "last `window` losses only"),
-])
-def test_loss_spikes_each_mistake_gets_its_hint(wrong, hint, capsys):
-    with pytest.raises(AssertionError):
-        checks.loss_spikes(wrong)
-    out = capsys.readouterr().out
-    assert out.startswith("✗ loss_spikes") and hint in out, out
 
 
 def test_loss_spikes_stub_falls_back_to_the_reference(capsys):
@@ -66,20 +50,6 @@ def test_qwen3_next_q_proj_reference_passes(capsys):
     fn = lambda *a: checks.reference_qwen3_next_q_proj(*a).clone()
     assert checks.qwen3_next_q_proj(fn) is fn
     assert "✓ qwen3_next_q_proj: passed (4 cases)" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("wrong, hint", [
-    (functools.partial(Q, target="unchanged"), "the rows need reordering"),
-    (functools.partial(Q, gate_first=True), "query first, then the gate"),
-    (functools.partial(Q, source="all queries first"), "not [all queries | all gates]"),
-    (functools.partial(Q, target="all queries first"), "own kv group"),
-    (functools.partial(Q, group="(g kv)"), "consecutive heads form a group"),
-])
-def test_qwen3_next_q_proj_each_mistake_gets_its_hint(wrong, hint, capsys):
-    with pytest.raises(AssertionError):
-        checks.qwen3_next_q_proj(wrong)
-    out = capsys.readouterr().out
-    assert out.startswith("✗ qwen3_next_q_proj") and hint in out, out
 
 
 def test_qwen3_next_q_proj_stub_falls_back_to_the_reference(capsys):

@@ -9,7 +9,7 @@ import torch
 import minigate
 from minigate import data
 from minigate.cli import main
-from minigate.train import PRESETS, TrainConfig
+from minigate.presets import PRESETS, TrainConfig, model_config
 
 SMALL = 2_000_000  # bytes of python-code for the tests (the preset reads up to 150 MB)
 
@@ -65,13 +65,13 @@ def test_token_cache_matches_encode_and_is_keyed_by_tokenizer(tmp_path, monkeypa
 def test_code_gpu_preset_is_the_measured_gpu_recipe():
     p = PRESETS["code-gpu"]
     assert p.corpus == "python-code" and p.probe == "wikitext-2"
-    cfg = minigate.train.model_config("code-gpu", "headwise")
+    cfg = model_config("code-gpu", "headwise")
     sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
     assert sizes == (6, 256, 8, 32, 768, 512)
     t = p.train
     assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (3000, 32, 512, 3e-3, 300, 0.1)
     assert t.compile == "auto" and t.min_lr_ratio == 0.1
-    assert 6.0e6 < minigate.Transformer(minigate.train.model_config("code-gpu")).num_params() < 6.5e6
+    assert 6.0e6 < minigate.Transformer(model_config("code-gpu")).num_params() < 6.5e6
     with pytest.raises(ValueError, match="compile"):
         TrainConfig(compile="sometimes")
 
@@ -80,14 +80,14 @@ def test_code_preset_is_the_measured_cpu_recipe():
     # docs/experiments.md section 13: the recipe of the shipped code-* checkpoints (pilot P4, carried on)
     p = PRESETS["code"]
     assert p.corpus == "python-code" and p.probe == "wikitext-2"
-    cfg = minigate.train.model_config("code", "elementwise")
+    cfg = model_config("code", "elementwise")
     sizes = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.max_seq_len)
     assert sizes == (4, 128, 4, 32, 384, 512)
     t = p.train
     assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (4000, 8, 512, 3e-3, 100, 0.1)
     assert (t.schedule, t.decay_frac, t.min_lr_ratio) == ("wsd", 0.2, 0.1)  # constant lr to step 3200, then down
     assert t.compile is False and t.precision == "auto"  # fp32 on a CPU
-    assert 1.3e6 < minigate.Transformer(minigate.train.model_config("code")).num_params() < 1.45e6
+    assert 1.3e6 < minigate.Transformer(model_config("code")).num_params() < 1.45e6
 
 
 def test_code_gpu_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path, monkeypatch, capsys):

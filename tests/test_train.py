@@ -7,6 +7,9 @@ import torch
 
 from minigate import ModelConfig, Transformer
 from minigate import train as T
+from minigate.checkpoint import History, ckpt_step, load_checkpoint
+from minigate.evaluation import eval_mode, token_cross_entropy
+from minigate.presets import PRESETS, TrainConfig, model_config
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64)
 
@@ -24,11 +27,11 @@ def _data(n=3000, seed=0):
 def _cfg(**kw):
     base = dict(steps=6, batch_size=4, seq_len=16, warmup_steps=2, lr=1e-2, eval_every=3, eval_batches=2,
                 ckpt_every=0, device="cpu")
-    return T.TrainConfig(**{**base, **kw})
+    return TrainConfig(**{**base, **kw})
 
 
 def test_lr_schedule_warmup_then_cosine_to_min():
-    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
+    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
     lrs = [T.lr_at(s, cfg) for s in range(1, 101)]
     assert lrs[:10] == pytest.approx([s / 10 for s in range(1, 11)])  # linear warmup
     assert max(lrs) == lrs[9] == pytest.approx(1.0)  # peak at the last warmup step
@@ -39,26 +42,27 @@ def test_lr_schedule_warmup_then_cosine_to_min():
 
 
 def test_lr_schedule_wsd_constant_then_linear_decay():
-    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd", decay_frac=0.2)
+    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd", decay_frac=0.2)
     lrs = [T.lr_at(s, cfg) for s in range(1, 101)]
     assert lrs[:10] == pytest.approx([s / 10 for s in range(1, 11)])  # the same warmup
     assert lrs[9:80] == pytest.approx([1.0] * 71)  # stable until the last 20 steps
     assert lrs[-1] == pytest.approx(0.1) and T.lr_at(90, cfg) == pytest.approx(0.55)  # linear down to min_lr
     assert all(a > b for a, b in zip(lrs[79:], lrs[80:], strict=False))
-    constant = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=1.0)  # min_lr_ratio 1: flat
+    constant = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=1.0)  # min_lr_ratio 1: flat
     assert [T.lr_at(s, constant) for s in range(10, 101)] == pytest.approx([1.0] * 91)
 
 
 @pytest.mark.parametrize("kw", [dict(schedule="linear"), dict(decay_frac=0), dict(decay_frac=1.5)])
 def test_bad_schedule_is_refused(kw):
     with pytest.raises(ValueError, match="schedule|decay_frac"):
-        T.TrainConfig(**kw)
+        TrainConfig(**kw)
 
 
 _FAULTS = """
 import resource, sys, torch
 from minigate import ModelConfig, Transformer
-from minigate.train import token_cross_entropy, tune_cpu_allocator
+from minigate.evaluation import token_cross_entropy
+from minigate.train import tune_cpu_allocator
 if sys.argv[1] == "tuned":
     assert tune_cpu_allocator()
 torch.manual_seed(0)
@@ -114,12 +118,12 @@ def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how):
         with pytest.raises(KeyboardInterrupt):
             T.train(interrupted, tr, va, cfg, out_dir=tmp_path, callback=_stop_at(3, KeyboardInterrupt()),
                     progress=False)
-        assert T.ckpt_step(tmp_path / "checkpoint.pt") == 3
+        assert ckpt_step(tmp_path / "checkpoint.pt") == 3
     else:  # dies during step 5: only the periodic checkpoint of step 4 is there
         with pytest.raises(RuntimeError, match="power cut"):
             T.train(interrupted, tr, va, cfg, out_dir=tmp_path,
                     callback=_stop_at(5, RuntimeError("power cut")), progress=False)
-        assert T.ckpt_step(tmp_path / "checkpoint.pt") == 4
+        assert ckpt_step(tmp_path / "checkpoint.pt") == 4
     resumed = _model(gate="G1", gate_granularity="headwise")
     torch.manual_seed(123)  # the global RNG is restored from the checkpoint too
     h2 = T.train(resumed, tr, va, cfg, out_dir=tmp_path, resume=True, progress=False)
@@ -162,7 +166,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     with model.hooks([("hook_embed", poison)]):
         with pytest.raises(T.TrainingDiverged, match=r"loss nan at step 5.*checkpoint.*step 4\) was kept"):
             T.train(model, tr, va, _cfg(steps=8, ckpt_every=2), out_dir=tmp_path, progress=False)
-    ckpt = T.load_checkpoint(tmp_path / "checkpoint.pt")
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the bad step was never applied
     assert not (tmp_path / "model").exists()  # no final model from a failed run
@@ -183,7 +187,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         T.train(_model(), tr, va, _cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
     assert calls["n"] == 2
-    assert T.load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the previous one is intact
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the previous one is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "history.json"]  # no temp files
 
 
@@ -213,11 +217,11 @@ def test_callback_metrics_history_and_loss_goes_down():
     assert h.step == list(range(1, 31)) and h.eval_step == [10, 20, 30]
     assert len(h.lr) == len(h.grad_norm) == len(h.tokens_per_s) == 30 and min(h.tokens_per_s) > 0
     assert h.val_loss[-1] < 0.5 * h.val_loss[0]
-    assert T.History.from_dict(h.to_dict()) == h
+    assert History.from_dict(h.to_dict()) == h
 
 
 def test_spike_rule():
-    cfg = T.TrainConfig(spike_factor=1.5, spike_window=4)
+    cfg = TrainConfig(spike_factor=1.5, spike_window=4)
     assert T.is_spike(6.1, [4.0] * 4, cfg) and not T.is_spike(5.9, [4.0] * 4, cfg)
     assert not T.is_spike(100.0, [4.0] * 3, cfg)  # not before a full window
 
@@ -229,16 +233,16 @@ def test_bad_inputs_have_clear_errors():
     with pytest.raises(ValueError, match="validation corpus has 10 tokens"):
         T.train(_model(), tr, va[:10], _cfg(), progress=False)
     with pytest.raises(ValueError, match="warmup_steps=10: must be >= 0 and less than steps=10"):
-        T.TrainConfig(steps=10, warmup_steps=10)
+        TrainConfig(steps=10, warmup_steps=10)
 
 
 def test_presets_build_for_every_gate():
     from minigate.cli import PRESET_NAMES
 
-    assert set(T.PRESETS) == set(PRESET_NAMES)
-    for name, p in T.PRESETS.items():
+    assert set(PRESETS) == set(PRESET_NAMES)
+    for name, p in PRESETS.items():
         for gate in ("none", "headwise", "elementwise"):
-            cfg = T.model_config(name, gate)
+            cfg = model_config(name, gate)
             # copy_task with 64 symbols: 2 * 64 + 2 ids; induction_task adds 16 first-token ids; else the BPE
             vocab = {"copy": 130, "induction": 146}.get(p.corpus, 4096)
             assert cfg.vocab_size == vocab and cfg.max_seq_len >= p.train.seq_len
@@ -248,7 +252,7 @@ def test_presets_build_for_every_gate():
 
 def test_weight_decay_only_on_linear_matrices():
     model = _model()
-    opt = T.make_optimizer(model, T.TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    opt = T.make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     assert "blocks.0.attn.q_proj.weight" in decayed and "blocks.1.mlp.down_proj.weight" in decayed
@@ -260,7 +264,7 @@ def test_eval_mode_restores_the_callers_mode_also_on_errors():
     model = _model()
     for before in (True, False):
         model.train(before)
-        with pytest.raises(RuntimeError), T.eval_mode(model):
+        with pytest.raises(RuntimeError), eval_mode(model):
             assert not model.training
             raise RuntimeError("inside")
         assert model.training == before
@@ -268,7 +272,7 @@ def test_eval_mode_restores_the_callers_mode_also_on_errors():
 
 def test_token_cross_entropy_mean_and_per_token():
     logits, y = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
-    per_token = T.token_cross_entropy(logits, y, reduction="none")
+    per_token = token_cross_entropy(logits, y, reduction="none")
     assert per_token.shape == (3, 5)
-    torch.testing.assert_close(per_token.mean(), T.token_cross_entropy(logits, y))
+    torch.testing.assert_close(per_token.mean(), token_cross_entropy(logits, y))
     torch.testing.assert_close(per_token[1, 2], torch.nn.functional.cross_entropy(logits[1, 2], y[1, 2]))

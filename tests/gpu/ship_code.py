@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pack", help="also write one code-gpu-*.tar per model here")
     ap.add_argument("--gates", nargs="*", default=list(ship.NAMES))
     args = ap.parse_args(argv)
-    rc = ship.main(["--preset", "code-gpu", "--runs", args.runs, "--ship", args.ship, "--gates", *args.gates])
+    rc = ship.main(["--preset", "code-gpu", "--runs", args.runs, "--ship", args.ship, "--variants", *args.gates])
     if args.pack and rc != 2:
         for gate in args.gates:
             name = f"code-gpu-{ship.NAMES[gate]}"

@@ -13,6 +13,7 @@ import minigate
 from minigate import ModelConfig, Transformer
 from minigate import train as T
 from minigate.cli import main
+from minigate.presets import TrainConfig
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -28,7 +29,7 @@ def _data():
 def _cfg(**kw):
     base = dict(steps=30, batch_size=8, seq_len=64, warmup_steps=3, lr=3e-3, eval_every=10, eval_batches=2,
                 ckpt_every=10, device="cuda")
-    return T.TrainConfig(**{**base, **kw})
+    return TrainConfig(**{**base, **kw})
 
 
 def _model():

@@ -121,16 +121,12 @@ class ModelConfig:
         return self.n_heads // self.n_kv_heads
 
     @property
-    def gate_in_q_proj(self) -> bool:
-        """The released checkpoints' layout: G1, head-specific sigmoid gate rows inside q_proj."""
-        return self.gate == "G1" and self.gate_head_specific
-
-    @property
-    def study_gate(self) -> bool:
-        """A gate the paper studied but did not release: anything but no gate or the released G1 (head-specific
-        sigmoid gate rows inside q_proj, multiplicative, no bias). attention.GateVariantAttention computes it."""
-        released = self.gate_in_q_proj and self.gate_activation == "sigmoid" and self.gate_mode == "multiplicative"
-        return self.gate != "none" and not (released and not self.gate_bias)
+    def released_g1(self) -> bool:
+        """The released checkpoints' gate: G1, head-specific, sigmoid, multiplicative, no gate bias."""
+        # its weights are extra rows of q_proj; attention.Attention computes it (and no gate), every other gate
+        # is a study gate, attention.GateVariantAttention's
+        return (self.gate == "G1" and self.gate_head_specific and self.gate_activation == "sigmoid"
+                and self.gate_mode == "multiplicative" and not self.gate_bias)
 
     @property
     def n_gate_heads(self) -> int:
@@ -143,18 +139,13 @@ class ModelConfig:
         return 1 if self.gate_granularity == "headwise" else self.head_dim
 
     # -- official config.json keys ---------------------------------------------------------------------
-    @property
-    def qwen3_compatible(self) -> bool:
-        """transformers' Qwen3ForCausalLM computes this model exactly: no gate, QK-norm, no sandwich norms."""
-        return self.gate == "none" and self.qk_norm and not self.sandwich_norm
-
     def to_hf_config(self) -> dict:
         """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
-        official_gate = self.gate == "G1" and not self.study_gate and not self.gate_layers
-        # transformers' Qwen3ForCausalLM computes exactly a plain model; for any other it would drop or re-initialise
-        # weights (the gate rows of q_proj, sandwich norms) without a word, so those declare a model_type that no
-        # transformers class claims: AutoConfig/AutoModelForCausalLM refuse them with an error.
-        plain = self.qwen3_compatible
+        official_gate = self.released_g1 and not self.gate_layers  # the official flags say: released G1, every layer
+        # transformers' Qwen3ForCausalLM computes exactly a plain model (no gate, QK-norm, no sandwich norms); for any
+        # other it would drop or re-initialise weights (the gate rows of q_proj, sandwich norms) without a word, so
+        # those declare a model_type that no transformers class claims: AutoConfig/AutoModelForCausalLM refuse them.
+        plain = self.gate == "none" and self.qk_norm and not self.sandwich_norm
         d = {
             "architectures": ["Qwen3ForCausalLM" if plain else MINIGATE_ARCHITECTURE],
             "model_type": "qwen3" if plain else MINIGATE_MODEL_TYPE,

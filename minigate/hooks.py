@@ -12,6 +12,13 @@ tensor, or return a tensor of the same shape to replace it:
         return torch.zeros_like(gate)
     logits = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_gate", close_gates)])
 
+A hook point may have aliases, other names of the same point (TransformerLens' TransformerBridge names, e.g.
+`blocks.0.attn.hook_q_gate` for `blocks.0.attn.hook_gate_logits`): `model.hook_dict` holds each point once, under
+its own name, `model.hook_aliases` maps the aliases to it. An alias is a name, not a filter's target: it works as
+a name or in a list of names, while a filter function sees the points' own names only (so `n.endswith("gate")`
+still picks hook_gate alone). One (names, fn) pair hooks a point once, even when it names it twice; run_with_cache
+caches it under each name asked for. Two pairs, one per name, are two hooks on the one point.
+
 Hooks are removed when the call returns, also when the forward raises. A hook point fires for any
 PyTorch forward hook (`hp.register_forward_hook`), not only for the hooks attached here. Which hook points
 run is decided by minigate's own hook points only: a global module hook (a profiler's) changes nothing.
@@ -29,7 +36,7 @@ HookFn = Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]
 NameFilter = str | Iterable[str] | Callable[[str], bool] | None
 
 # TransformerLens' short names (utils.get_act_name); these live on the attention module, blocks.{L}.attn
-ATTN_ACTS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "gate_logits", "gate", "z_gated")
+ATTN_ACTS = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "gate_logits", "gate", "z_gated", "q_gate")
 ACT_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "query": "q", "key": "k", "value": "v"}
 
 
@@ -45,11 +52,13 @@ def get_act_name(name: str, layer: int | None = None) -> str:
 
 
 class HookPoint(nn.Module):
-    """Identity; a place to read or replace an activation. `.name` is its path in the model."""
+    """Identity; a place to read or replace an activation. `.name` is its path in the model; `aliases`: other
+    names of this point in its module (e.g. ("hook_q_gate",)), hooked and cached as if they were its name."""
 
-    def __init__(self):
+    def __init__(self, aliases: tuple[str, ...] = ()):
         super().__init__()
         self.name: str = ""
+        self.aliases = tuple(aliases)
         self.layer: int | None = None  # the block it sits in (blocks.{layer}...), None outside the blocks
         self._handles: list = []
 
@@ -169,29 +178,41 @@ class HookedRootModule(nn.Module):
     """Mixin for the model: finds its HookPoints and runs forwards with hooks attached."""
 
     def setup_hooks(self):
-        """Call at the end of __init__: names every HookPoint after its module path."""
+        """Call at the end of __init__: names every HookPoint after its module path. hook_dict holds each point once,
+        under its own name; hook_aliases maps each alias (full name) to that name."""
         self.hook_dict: dict[str, HookPoint] = {}
+        self.hook_aliases: dict[str, str] = {}
         for name, module in self.named_modules():
             if isinstance(module, HookPoint):
                 module.name = name
                 module.layer = int(name.split(".")[1]) if name.startswith("blocks.") else None
                 self.hook_dict[name] = module
+                parent = name.rpartition(".")[0]
+                self.hook_aliases.update({f"{parent}.{a}" if parent else a: name for a in module.aliases})
         self.n_hooked_layers = 1 + max((hp.layer for hp in self.hook_dict.values() if hp.layer is not None),
                                        default=-1)
 
-    def _resolve(self, name_or_filter) -> list[HookPoint]:
+    def _resolve(self, name_or_filter) -> dict[HookPoint, list[str]]:
+        """The hook points a name, a list of names or a filter function picks, each once, with the names that picked
+        it (its own name or an alias; a function sees own names only)."""
         if isinstance(name_or_filter, str):
-            if name_or_filter not in self.hook_dict:
-                close = [n for n in self.hook_dict if n.split(".")[-1] == name_or_filter.split(".")[-1]][:3]
+            own = self.hook_aliases.get(name_or_filter, name_or_filter)
+            if own not in self.hook_dict:
+                known = [*self.hook_dict, *self.hook_aliases]
+                close = [n for n in known if n.split(".")[-1] == name_or_filter.split(".")[-1]][:3]
                 raise KeyError(f"no hook point named {name_or_filter!r}; e.g. {close or list(self.hook_dict)[:3]}"
-                               " (model.hook_dict lists them all)")
-            return [self.hook_dict[name_or_filter]]
+                               " (model.hook_dict lists them all, model.hook_aliases their other names)")
+            return {self.hook_dict[own]: [name_or_filter]}
         keep = _as_filter(name_or_filter)
-        found = [hp for n, hp in self.hook_dict.items() if keep(n)]
+        found = {hp: [n] for n, hp in self.hook_dict.items() if keep(n)}
+        if name_or_filter is not None and not callable(name_or_filter):  # a list of names may hold aliases
+            for alias in filter(keep, self.hook_aliases):
+                found.setdefault(self.hook_dict[self.hook_aliases[alias]], []).append(alias)
         if not found:
             shown = name_or_filter if not callable(name_or_filter) else getattr(name_or_filter, "__name__", "filter")
             raise ValueError(f"the hook filter {shown!r} matches no hook point, so nothing would be hooked; "
-                             f"names look like {list(self.hook_dict)[:3]} (model.hook_dict lists them all)")
+                             f"names look like {list(self.hook_dict)[:3]} (model.hook_dict lists them all; "
+                             "an alias in model.hook_aliases is matched by its exact name only)")
         return found
 
     @contextmanager
@@ -201,7 +222,7 @@ class HookedRootModule(nn.Module):
         added = []
         try:
             for name_or_filter, fn in fwd_hooks:
-                for hp in self._resolve(name_or_filter):
+                for hp in self._resolve(name_or_filter):  # each point once, whichever of its names matched
                     added.append((hp, hp.add_hook(fn)))
             yield self
         finally:
@@ -230,11 +251,16 @@ class HookedRootModule(nn.Module):
                              "tensors, e.g. cache['resid_post', 0][:, -1]")
         cache = ActivationCache(n_layers=self.n_hooked_layers)
 
-        def save(t: torch.Tensor, hook: HookPoint):
-            t = t.detach() if detach else t
-            cache[hook.name] = t if device is None else t.to(device)
+        def saver(names: list[str]) -> HookFn:  # cache the activation under the names that asked for it
+            def save(t: torch.Tensor, hook: HookPoint):
+                t = t.detach() if detach else t
+                t = t if device is None else t.to(device)
+                cache.update(dict.fromkeys(names, t))
 
-        with self.hooks([(names_filter if names_filter is not None else (lambda n: True), save)]):
+            return save
+
+        picked = self._resolve(names_filter if names_filter is not None else (lambda n: True))
+        with self.hooks([(hp.name, saver(names)) for hp, names in picked.items()]):
             out = self(*args, **kwargs)
         if remove_batch_dim:
             cache.remove_batch_dim()

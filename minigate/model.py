@@ -10,6 +10,7 @@ Hook points (see hooks.py; TransformerLens' names and layouts, `get_act_name` gi
     blocks.L.attn.hook_attn_scores, hook_pattern (batch, head, query_pos, key_pos): before / after softmax
     blocks.L.attn.hook_z (batch, pos, head, d_head)
     blocks.L.attn.hook_gate_logits / hook_gate (gated layers), hook_z_gated (G1 layers)
+    blocks.L.attn.hook_q_gate (G1 layers): another name of hook_gate_logits, TransformerBridge's (hooks.py: aliases)
 The attention's docstring has the details; `d_head` is `ModelConfig.head_dim`.
 """
 
@@ -44,7 +45,7 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)  # SwiGLU gate (HF name), not the attention gate
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
@@ -54,12 +55,12 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """x + attn(norm(x)), then + mlp(norm(x)). The attention is `Attention` (no gate, or the released G1) or, for
-    the paper's other gates (cfg.study_gate), `GateVariantAttention`."""
+    the paper's other gates, `GateVariantAttention`."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = (GateVariantAttention if cfg.study_gate else Attention)(cfg)
+        self.attn = (GateVariantAttention if cfg.gate != "none" and not cfg.released_g1 else Attention)(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
         # sandwich_norm: norm each sublayer's output too, before it joins the residual stream

@@ -4,7 +4,7 @@ hook points that fire for any PyTorch hook, and the fused attention path wheneve
 import pytest
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import einsum, rearrange
 
 import minigate
 from minigate import ActivationCache, ModelConfig, Transformer, get_act_name
@@ -47,7 +47,7 @@ def test_hook_q_indexed_by_head_is_that_heads_query():
         attn, cfg = model.blocks[0].attn, model.cfg
         _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.0."))
         x = model.blocks[0].attn_norm(cache["resid_pre", 0])  # (batch, pos, d_model)
-        width = cfg.gate_width_per_head if cfg.gate_in_q_proj else 0
+        width = cfg.gate_width_per_head if cfg.released_g1 else 0
         rows_per_kv = cfg.group_size * (D + width)
         cos, sin = rope_cos_sin(T, D, cfg.rope_theta)
         for h in range(H):
@@ -124,6 +124,62 @@ def test_unsupported_options_are_refused_by_name():
     for option, value in (("incl_bwd", True), ("pos_slice", 3)):
         with pytest.raises(ValueError, match=rf"run_with_cache\({option}="):
             model.run_with_cache(_tokens(), **{option: value})
+
+
+# ---- TransformerBridge's names for the G1 gate: hook_q_gate, and W_Q without the gate rows -------------------
+Q_GATE, GATE_LOGITS = "blocks.0.attn.hook_q_gate", "blocks.0.attn.hook_gate_logits"
+
+
+@pytest.mark.parametrize("gran", ["headwise", "elementwise"])
+def test_hook_q_gate_is_the_gate_logits(gran):
+    """TransformerBridge's hook_q_gate holds the gate before its sigmoid: here, hook_gate_logits under a second name."""
+    model = _model(gate="G1", gate_granularity=gran)
+    _, cache = model.run_with_cache(_tokens(), names_filter=[Q_GATE, GATE_LOGITS, "blocks.0.attn.hook_gate"])
+    assert list(cache) == [GATE_LOGITS, Q_GATE, "blocks.0.attn.hook_gate"]
+    assert cache[Q_GATE].shape == ((B, T, H) if gran == "headwise" else (B, T, H, D))
+    assert torch.equal(cache[Q_GATE], cache[GATE_LOGITS]) and cache["q_gate", 0] is cache[Q_GATE]
+    torch.testing.assert_close(torch.sigmoid(cache[Q_GATE]), cache["gate", 0])  # the logits, not the score
+    _, alone = model.run_with_cache(_tokens(), names_filter=Q_GATE)
+    assert list(alone) == [Q_GATE] and torch.equal(alone[Q_GATE], cache[Q_GATE])
+    # one name per point in hook_dict, in a full cache and for a filter function; the alias is in hook_aliases
+    assert Q_GATE not in model.hook_dict and model.hook_aliases[Q_GATE] == GATE_LOGITS
+    _, full = model.run_with_cache(_tokens())
+    assert GATE_LOGITS in full and not any(n.endswith("hook_q_gate") for n in full)
+    with pytest.raises(ValueError, match="hook_aliases"):
+        model.run_with_cache(_tokens(), names_filter=lambda n: n.endswith("hook_q_gate"))
+    assert not _model().hook_aliases and not _model(gate="G2").hook_aliases  # G1 layers only
+
+
+@pytest.mark.parametrize("gran", ["headwise", "elementwise"])
+def test_overriding_hook_q_gate_is_overriding_the_gate_logits(gran):
+    model = _model(gate="G1", gate_granularity=gran)
+    shift = lambda logits, hook: logits + 1.5
+    via_own = model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift)])
+    assert (via_own - model(_tokens())).abs().max() > 1e-3
+    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[(Q_GATE, shift)]), via_own)
+    # a list that names the point twice hooks it once ...
+    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[([GATE_LOGITS, Q_GATE], shift)]), via_own)
+    # ... and two hooks, one on each name, are two hooks on the one point
+    twice = model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift), (GATE_LOGITS, shift)])
+    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift), (Q_GATE, shift)]), twice)
+    assert (twice - via_own).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kw", [dict(gate="G1", gate_granularity="elementwise"),
+                                dict(gate="G1", gate_granularity="headwise"), dict()])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_W_Q_is_the_query_rows_of_q_proj(kw, qk_norm):
+    """W_Q (head, d_model, d_head), as TransformerLens lays it out, reproduces hook_q (before QK-norm) and leaves out
+    the gate rows that q_proj also holds in G1 layers."""
+    model = _model(qk_norm=qk_norm, **kw)
+    attn = model.blocks[0].attn
+    W_Q = attn.W_Q
+    assert W_Q.shape == (H, d, D) and W_Q.numel() == H * d * D
+    assert attn.q_proj.weight.numel() == H * d * D + (H * attn.cfg.gate_width_per_head * d if kw else 0)
+    _, cache = model.run_with_cache(_tokens(), names_filter=["blocks.0.hook_resid_pre", "blocks.0.attn.hook_q"])
+    x = model.blocks[0].attn_norm(cache["resid_pre", 0])
+    q = einsum(x, W_Q, "batch pos d_model, head d_model d_head -> batch pos head d_head")
+    torch.testing.assert_close(attn.q_norm(q), cache["q", 0])
 
 
 # ---- patching the new hook points changes the forward ------------------------------------------------------

@@ -7,7 +7,7 @@ import torch
 
 import minigate
 from minigate import ModelConfig, Transformer
-from minigate.config import GATE_ACTIVATIONS, GATE_GRANULARITIES, GATE_MODES, GATE_POSITIONS
+from minigate.config import GATE_ACTIVATIONS, GATE_GRANULARITIES, GATE_MODES, GATE_POSITIONS, ConfigError
 
 TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
 
@@ -32,8 +32,29 @@ def _tokens(n=2, t=10):
 
 
 def test_variant_count():
-    # 5 positions x 2 x 2 x 2 x 2 minus G5's invalid 12 ... plus baseline: a guard on the list above
-    assert len(VARIANTS) == 1 + 4 * 16 + 4
+    """VARIANTS holds every gate config that ModelConfig accepts, each once, and one baseline: without a gate the
+    gate fields build the same model. Counted from ModelConfig's own validation, not restated by hand."""
+    fields = dict(gate=GATE_POSITIONS, gate_granularity=GATE_GRANULARITIES, gate_head_specific=[True, False],
+                  gate_activation=GATE_ACTIVATIONS, gate_mode=GATE_MODES)
+    valid = []
+    for values in itertools.product(*fields.values()):
+        kw = dict(zip(fields, values, strict=True))
+        try:
+            ModelConfig(**TINY, **kw)
+        except ConfigError:
+            continue
+        valid.append(kw)
+    gated = [kw for kw in valid if kw["gate"] != "none"]
+    canon = lambda kws: sorted(tuple(sorted(kw.items())) for kw in kws)
+    assert canon(kw for kw in VARIANTS if kw["gate"] != "none") == canon(gated)
+    baselines = [kw for kw in valid if kw["gate"] == "none"]
+    assert [kw for kw in VARIANTS if kw["gate"] == "none"][0] in baselines
+    assert len(VARIANTS) == len(gated) + 1
+    outputs = []
+    for kw in baselines:
+        torch.manual_seed(0)
+        outputs.append(Transformer(ModelConfig(**TINY, **kw)).eval()(_tokens()))
+    assert all(torch.equal(out, outputs[0]) for out in outputs)  # so one baseline stands for all of them
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
@@ -65,6 +86,21 @@ def test_forward_backward_and_gate_gets_gradient(kw):
     else:
         gate_grad = model.blocks[0].attn.gate_proj.weight.grad
     assert gate_grad.abs().sum() > 0
+
+
+def test_attention_computes_only_the_released_gate():
+    """Attention has no SiLU, additive, shared or biased gate: the study gates are GateVariantAttention's."""
+    from minigate.attention import Attention, GateVariantAttention
+
+    for kw in (dict(gate_mode="additive"), dict(gate_activation="silu"), dict(gate_head_specific=False),
+               dict(gate_bias=-2.0), dict(gate="G2")):
+        cfg = ModelConfig(**TINY, **{"gate": "G1", **kw})
+        assert not cfg.released_g1
+        with pytest.raises(ValueError, match="GateVariantAttention"):
+            Attention(cfg)
+        assert type(Transformer(cfg).blocks[0].attn) is GateVariantAttention
+    for cfg in (ModelConfig(**TINY), ModelConfig(**TINY, gate="G1", gate_granularity="headwise")):
+        assert type(Transformer(cfg).blocks[0].attn) is Attention
 
 
 @pytest.mark.parametrize("gran,E", [("headwise", 1), ("elementwise", 8)])

@@ -1,10 +1,10 @@
 """Gate-clamping ablations: perplexity when the attention gates (or, as controls, other parts of the
 model) are overridden, with bootstrap error bars, and an engine that runs many conditions at once.
 
-    from minigate import ablation as ab
+    from minigate import ablation as ab, overrides as ov
     c = ab.chunks(val_tokens, n_chunks=50, chunk_len=256, model=model)  # (50, 257): [bos, 256 tokens] each
     ab.perplexity(model, c)                                             # the learned gates
-    ab.perplexity(model, c, ab.set_gates(model, 0.116))                 # every gate fixed at 0.116
+    ab.perplexity(model, c, ov.set_gates(model, 0.116))                 # every gate fixed at 0.116
     results = ab.sweep(model, c, ab.published_conditions(model, c))     # {name: Perplexity}, batched
 
 What an unpublished independent analysis of the released 1B checkpoints (no public write-up) did (1B
@@ -15,38 +15,28 @@ number each, no error bars, no controls. Here every perplexity comes with a boot
 chunks, and the controls ask the question those numbers cannot: is the gate special, or does *any*
 co-trained part of the network break when it is pinned to a constant?
 
-Overrides are hook lists. Every factory below (`set_gates`, `force_layer`, `close_head`,
-`mean_gates`, the controls) returns `[(hook_name, fn), ...]`, usable with `model.hooks(...)`,
-`model.run_with_hooks` or `perplexity(..., fwd_hooks)`. Their `fn`s are `Edit`s: hook functions
-that are also plain data (an op, a value, a head), which is what lets `sweep` batch them.
-
-Gate values are gate *scores*, after the activation: for the paper's sigmoid G1 gate, 1 = open (the
-head's output passes unchanged, as in a model without a gate) and 0 = closed (the head is silenced).
-
-Controls (the same kind of intervention on a part that is not a gate), each on a layer's attention
-output (`blocks.L.hook_attn_out`, after the gate and o_proj) or MLP output (`blocks.L.hook_mlp_out`):
-    scale_output  multiply by a constant. "Matching magnitude": `matched_scale` gives the factor by
-                  which forcing that layer's gates to a value changes the RMS of its attention output,
-                  so "gates open" and "output scaled up as much, gates still input-dependent" compare.
-    mean_output   replace by its mean vector over all chunks and positions: the input-independent
-                  constant closest (in squared error) to the real outputs, as `mean_gates` is for gates.
-    fixed_norm    rescale each position's output vector to the mean L2 norm measured on the chunks:
-                  the direction (content) stays, the input-dependent magnitude is pinned, which is
-                  what a clamped gate does to a head's output.
-Measured constants (means, norms) always come from the unmodified model on the chunks being scored.
-
-Beyond the gates: `forbid_bos` forbids attention to `<bos>` (key 0) in one layer, or one head of it (a plain
-hook, not an Edit: `sweep` runs it unbatched), and `rank_layers` orders a sweep's per-layer conditions by the
-damage they do, in nats.
+The overrides themselves (hook lists: `set_gates`, `force_layer`, `close_head`, `scale_output`, `forbid_bos`)
+are in overrides.py. This module adds the overrides whose constant is measured, on the unmodified
+model over the chunks being scored (`activation_moments`):
+    mean_gates    the learned gate replaced by its mean: the input-independent control.
+    matched_scale the factor by which forcing a layer's gates to a value changes the RMS of its attention output,
+                  so "gates open" and "output scaled up as much (scale_output), gates still input-dependent"
+                  compare ("matching magnitude").
+    mean_output   a layer's attention output (`blocks.L.hook_attn_out`, after the gate and o_proj) or MLP output
+                  (`blocks.L.hook_mlp_out`) replaced by its mean vector over all chunks and positions: the
+                  input-independent constant closest (in squared error) to the real outputs.
+    fixed_norm    that output rescaled at each position to the mean L2 norm: the direction (content) stays, the
+                  input-dependent magnitude is pinned, which is what a clamped gate does to a head's output.
+Then the condition sets (`published_conditions`, `control_conditions`, ...), `sweep`, which runs them, and
+`rank_layers`, which orders a sweep's per-layer conditions by the damage they do, in nats.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -54,13 +44,23 @@ from einops import rearrange, reduce
 from tqdm.auto import tqdm
 
 from .data.batches import with_bos
-from .gates import check_layer, gated_layers
+from .evaluation import eval_mode, token_cross_entropy
+from .gates import check_layer
 from .hooks import get_act_name
+from .overrides import (
+    Edit,
+    check_gate_heads,
+    check_gated,
+    close_head,
+    force_layer,
+    output_hook,
+    scale_output,
+    set_gates,
+)
+from .presets import check_seq_len
 from .stats import bootstrap_ci
-from .train import eval_mode, token_cross_entropy
 
 SWEEP_VALUES = (0.0, 0.05, 0.1, 0.116, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)  # the 10-value constant sweep
-COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # what the controls can act on
 
 
 # -- chunks and perplexity -------------------------------------------------------------------------------
@@ -85,10 +85,8 @@ def chunks(tokens: torch.Tensor, n_chunks: int = 50, chunk_len: int = 512, bos_i
 
 def _check_context(model, chunk_len: int):
     n = model.cfg.max_seq_len
-    if chunk_len > n:
-        raise ValueError(f"chunk_len={chunk_len} is longer than the model's context: it was trained for "
-                         f"max_seq_len={n} tokens (RoPE runs past that, but the perplexity would then measure "
-                         f"extrapolation too); use chunk_len <= {n}")
+    check_seq_len(model.cfg, "chunk_len", chunk_len, f"the model was trained for max_seq_len={n} tokens, and past "
+                  f"that the perplexity would measure RoPE's extrapolation too; use chunk_len <= {n}")
 
 
 def _check_chunks(model, chunk_ids: torch.Tensor):
@@ -150,132 +148,11 @@ def _looped_losses(model, chunk_ids: torch.Tensor, fwd_hooks, batch_size: int, b
 def perplexity(model, chunk_ids: torch.Tensor, fwd_hooks: Iterable[tuple] = (), ci: bool = True,
                n_boot: int = 1000, batch_size: int = 16) -> Perplexity:
     """Perplexity of the model on chunk_ids, the rows of `chunks()`, with `fwd_hooks` attached (any hook
-    list, e.g. `set_gates(model, 0.1)`). Batched over chunks, no gradients."""
+    list, e.g. `overrides.set_gates(model, 0.1)`). Batched over chunks, no gradients."""
     _check_chunks(model, chunk_ids)
     with eval_mode(model):
         losses = _looped_losses(model, chunk_ids, list(fwd_hooks), batch_size)
     return _result(losses, chunk_ids.shape[1] - 1, ci, n_boot)
-
-
-# -- overrides as data -----------------------------------------------------------------------------------
-@dataclass(eq=False)
-class Edit:
-    """A hook function that is also data: what to do to the activation at one hook point.
-
-        op="set"    x[:, :, head] = value  (head=None: all of x). value: a number, or a tensor that
-                    broadcasts against what it replaces (e.g. a mean per head, or per head and dim)
-        op="scale"  x * value
-        op="norm"   each position's vector (last dim) rescaled to L2 norm `value`
-
-    An Edit treats every batch row on its own, so applying it to rows i..j of a batch gives those rows
-    exactly what applying it to the whole batch gives: that is what lets `sweep` stack conditions.
-    """
-
-    op: str
-    value: float | torch.Tensor
-    head: int | None = None
-
-    def __post_init__(self):
-        if self.op not in ("set", "scale", "norm"):
-            raise ValueError(f"Edit op={self.op!r}; allowed: 'set', 'scale', 'norm'")
-
-    def __call__(self, x: torch.Tensor, hook=None) -> torch.Tensor:
-        return self.apply(x)
-
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        value = torch.as_tensor(self.value, dtype=x.dtype, device=x.device)
-        if self.op == "scale":
-            return x * value
-        if self.op == "norm":
-            return x * (value / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
-        out = x.clone()
-        if self.head is None:
-            out[...] = value
-        else:
-            out[:, :, self.head] = value  # gate tensors are (batch, pos, head[, d_head])
-        return out
-
-
-def _gate_name(layer: int) -> str:
-    return get_act_name("gate", layer)
-
-
-def _gated_layers(model, layers=None) -> list[int]:
-    """`layers` (None: every gated layer), each checked to hold a gate (see gates.gated_layers)."""
-    return gated_layers(model, layers, hint="; the controls (scale_output, mean_output, fixed_norm) work on any model")
-
-
-def _layers(model, layers) -> list[int]:
-    return list(range(model.cfg.n_layers)) if layers is None else [check_layer(model, L) for L in layers]
-
-
-def _n_gate_heads(model) -> int:
-    cfg = model.cfg
-    if cfg.gate == "G5":
-        raise ValueError("G5 gates act on o_proj's output, which has no heads; use set_gates or force_layer")
-    return cfg.n_gate_heads  # query heads, or kv heads for G2/G3
-
-
-def _check_component(component: str) -> str:
-    if component not in COMPONENTS:
-        raise ValueError(f"component={component!r}; use 'attn' (hook_attn_out) or 'mlp' (hook_mlp_out)")
-    return COMPONENTS[component]
-
-
-def _gate_value(model, value) -> float:
-    """`value` as a gate score the model's gate activation can produce: [0, 1] for a sigmoid gate,
-    >= min silu = -0.2785 for a SiLU gate; a ValueError otherwise (NaN included)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"gate value {value!r}: must be a finite number")
-    if model.cfg.gate_activation == "sigmoid" and not 0 <= value <= 1:
-        raise ValueError(f"gate value {value!r}: a sigmoid gate lives in [0, 1] (0 closed, 1 open); "
-                         "use a value in that range, or scale_output to scale the attention output instead")
-    if model.cfg.gate_activation == "silu" and value < -0.2785:
-        raise ValueError(f"gate value {value!r}: a SiLU gate never goes below -0.2785")
-    return float(value)
-
-
-def set_gates(model, value: float, layers: Iterable[int] | None = None) -> list[tuple[str, Edit]]:
-    """Every gate (of every layer, or of `layers`) fixed at `value` (in [0, 1] for the sigmoid gate)."""
-    layers = _gated_layers(model, layers)
-    return [(_gate_name(L), Edit("set", _gate_value(model, value))) for L in layers]
-
-
-def force_layer(model, layer: int, value: float) -> list[tuple[str, Edit]]:
-    """One layer's gates forced to `value` (1.0 = open, 0.0 = closed); the other layers keep theirs."""
-    return set_gates(model, value, [layer])
-
-
-def close_head(model, layer: int, head: int, value: float = 0.0) -> list[tuple[str, Edit]]:
-    """One head's gate forced to `value` (default 0: closed), for headwise and elementwise gates alike
-    (an elementwise head has all its dimensions set)."""
-    _gated_layers(model, [layer])
-    n = _n_gate_heads(model)
-    if not isinstance(head, numbers.Integral) or isinstance(head, bool) or not 0 <= head < n:
-        raise ValueError(f"head {head!r} is out of range: the gate has {n} heads per layer, use 0..{n - 1}")
-    return [(_gate_name(layer), Edit("set", _gate_value(model, value), head=int(head)))]
-
-
-# -- beyond the gates: attention to <bos> forbidden ------------------------------------------------------
-def forbid_bos(model, layer: int, head: int | None = None) -> list[tuple[str, Callable]]:
-    """Attention to `<bos>` (key 0) forbidden in layer `layer` (only in head `head`, if given): on
-    `blocks.{layer}.attn.hook_pattern` (batch, head, query, key), every query but query 0 gets weight 0 on key 0
-    and its row is renormalised over the remaining keys; query 0 can only attend to itself and keeps it. Works on
-    any model, gated or not. The hook is a plain function, not an Edit: `sweep` runs it one condition at a time.
-    Combine layers by adding the lists: `sum((forbid_bos(model, L) for L in range(n_layers)), [])`."""
-    layer = check_layer(model, layer)
-    n = model.cfg.n_heads
-    if head is not None and (not isinstance(head, numbers.Integral) or isinstance(head, bool) or not 0 <= head < n):
-        raise ValueError(f"head {head!r} is out of range: the model has {n} query heads per layer, use 0..{n - 1}")
-    heads = slice(None) if head is None else int(head)
-
-    def forbid(pattern: torch.Tensor, hook=None) -> torch.Tensor:
-        p = pattern.clone()
-        p[:, heads, 1:, 0] = 0
-        total = p.sum(-1, keepdim=True)  # a row whose other keys all underflowed to 0 stays 0 rather than 0/0
-        return torch.where(total > 0, p / total, p)
-
-    return [(get_act_name("pattern", layer), forbid)]
 
 
 # -- measured constants: means and norms on the unmodified model -------------------------------------------
@@ -289,8 +166,8 @@ class Moments:
 
 
 @torch.no_grad()
-def measure(model, chunk_ids: torch.Tensor, names: Iterable[str] | None = None, fwd_hooks: Iterable[tuple] = (),
-            batch_size: int = 16) -> dict[str, Moments]:
+def activation_moments(model, chunk_ids: torch.Tensor, names: Iterable[str] | None = None,
+                       fwd_hooks: Iterable[tuple] = (), batch_size: int = 16) -> dict[str, Moments]:
     """Moments of the activations at hook points `names` (default: every gate, attention output and
     MLP output) on the chunks, in one pass, without keeping the activations."""
     _check_chunks(model, chunk_ids)
@@ -318,42 +195,41 @@ def mean_gates(model, chunk_ids: torch.Tensor, layers: Iterable[int] | None = No
     unmodified model over the same chunks, over every chunk and position (the <bos> position included),
     separately for each layer and head, and for each head dimension of elementwise gates; so what is
     removed is exactly the gate's dependence on the input, not its average level. (A single global mean
-    is what that analysis's 0.116 condition approximates: compare the two.) `stats`: from `measure`."""
-    layers = _gated_layers(model, layers)
-    stats = stats or measure(model, chunk_ids, [_gate_name(L) for L in layers])
-    return [(_gate_name(L), Edit("set", stats[_gate_name(L)].mean)) for L in layers]
+    is what that analysis's 0.116 condition approximates: compare the two.) `stats`: from `activation_moments`."""
+    names = [get_act_name("gate", L) for L in check_gated(model, layers)]
+    stats = stats or activation_moments(model, chunk_ids, names)
+    return [(name, Edit("set", stats[name].mean)) for name in names]
 
 
-# -- controls: the same kinds of intervention on parts that are not gates ---------------------------------
-def scale_output(model, layer: int, scale: float, component: str = "attn") -> list[tuple[str, Edit]]:
-    """A layer's attention (or MLP) output multiplied by a constant; see `matched_scale`."""
-    return [(f"blocks.{check_layer(model, layer)}.{_check_component(component)}", Edit("scale", float(scale)))]
-
-
+# -- controls with a measured constant: the same kinds of override on parts that are not gates -------------
 def matched_scale(model, chunk_ids: torch.Tensor, layer: int, value: float = 1.0, batch_size: int = 16) -> float:
     """The factor by which forcing `layer`'s gates to `value` changes the RMS of that layer's attention
     output, measured on the chunks: scale_output(model, layer, matched_scale(...)) changes the output's
     size as much as the gate override does, but keeps the gate's input dependence."""
     name = get_act_name("attn_out", check_layer(model, layer))
-    learned = measure(model, chunk_ids, [name], batch_size=batch_size)[name].rms
-    forced = measure(model, chunk_ids, [name], force_layer(model, layer, value), batch_size)[name].rms
+    learned = activation_moments(model, chunk_ids, [name], batch_size=batch_size)[name].rms
+    forced = activation_moments(model, chunk_ids, [name], force_layer(model, layer, value), batch_size)[name].rms
     return forced / learned
+
+
+def _output_moments(model, chunk_ids, layer, component, stats) -> tuple[str, Moments]:
+    """The hook name of a layer's attention (or MLP) output and its moments (from `stats`, or measured)."""
+    name = output_hook(model, layer, component)
+    return name, (stats or activation_moments(model, chunk_ids, [name]))[name]
 
 
 def mean_output(model, chunk_ids: torch.Tensor, layer: int, component: str = "attn",
                 stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output replaced at every position by its mean vector over the chunks."""
-    name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
-    stats = stats or measure(model, chunk_ids, [name])
-    return [(name, Edit("set", stats[name].mean))]
+    name, m = _output_moments(model, chunk_ids, layer, component, stats)
+    return [(name, Edit("set", m.mean))]
 
 
 def fixed_norm(model, chunk_ids: torch.Tensor, layer: int, component: str = "attn",
                stats: dict[str, Moments] | None = None) -> list[tuple[str, Edit]]:
     """A layer's attention (or MLP) output rescaled, at every position, to its mean L2 norm on the chunks."""
-    name = f"blocks.{check_layer(model, layer)}.{_check_component(component)}"
-    stats = stats or measure(model, chunk_ids, [name])
-    return [(name, Edit("norm", stats[name].mean_norm))]
+    name, m = _output_moments(model, chunk_ids, layer, component, stats)
+    return [(name, Edit("norm", m.mean_norm))]
 
 
 # -- condition sets ---------------------------------------------------------------------------------------
@@ -371,13 +247,13 @@ def layer_conditions(model, values: dict[str, float] | None = None, layers: Iter
     """Every layer (or `layers`) on its own forced open and closed: {"L0 open": ..., "L0 closed": ...}."""
     values = {"open": 1.0, "closed": 0.0} if values is None else values
     return {f"L{L} {word}": force_layer(model, L, v)
-            for L in _gated_layers(model, layers) for word, v in values.items()}
+            for L in check_gated(model, layers) for word, v in values.items()}
 
 
 def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[str, list]:
     """Every head of the first `first_layers` layers (all layers if the model has fewer) closed alone."""
     return {f"L{L}H{h} closed" if value == 0 else f"L{L}H{h}={_fmt(value)}": close_head(model, L, h, value)
-            for L in _gated_layers(model, None)[:first_layers] for h in range(_n_gate_heads(model))}
+            for L in check_gated(model)[:first_layers] for h in range(check_gate_heads(model))}
 
 
 def published_conditions(model, chunk_ids: torch.Tensor, first_layers: int = 3,
@@ -395,9 +271,9 @@ def control_conditions(model, chunk_ids: torch.Tensor, layers: Iterable[int] | N
     ("L0 attn mean", "L0 mlp mean"), its attention output pinned to its mean norm ("L0 attn fixed-norm"); and on
     a gated layer, its attention output scaled as much as forcing its gates open would ("L0 attn x matched") and
     its gates replaced by their means ("L0 gates=mean"). Set them beside force_layer(model, L, 1.0)."""
-    stats = stats or measure(model, chunk_ids)
+    stats = stats or activation_moments(model, chunk_ids)
     out = {}
-    for L in _layers(model, layers):
+    for L in range(model.cfg.n_layers) if layers is None else [check_layer(model, L) for L in layers]:
         if model.cfg.is_gated(L):
             out[f"L{L} attn x matched"] = scale_output(model, L, matched_scale(model, chunk_ids, L, 1.0))
             out[f"L{L} gates=mean"] = mean_gates(model, chunk_ids, [L], stats)
@@ -450,7 +326,7 @@ def sweep(model, chunk_ids: torch.Tensor, conditions: dict[str, list], batched: 
           ci: bool = True, n_boot: int = 1000, progress: bool = True) -> dict[str, Perplexity]:
     """Perplexity under each condition (name -> hook list, e.g. from `published_conditions`).
 
-    batched=True: conditions made only of Edits (every factory in this module) are stacked along the
+    batched=True: conditions made only of Edits (every override but overrides.forbid_bos) are stacked along the
     batch dimension, max_batch rows per forward pass; the others (any other hook function) run one by one.
     batched=False: one hooked run per condition, max_batch chunks per forward. Both give the same
     numbers (to float rounding, ~1e-6); batching pays off when one condition's chunks are too few to
@@ -461,7 +337,7 @@ def sweep(model, chunk_ids: torch.Tensor, conditions: dict[str, list], batched: 
     for name, hooks in conditions.items():
         if not isinstance(hooks, (list, tuple)) or not all(isinstance(p, tuple) and len(p) == 2 for p in hooks):
             raise ValueError(f"conditions[{name!r}] must be a list of (hook name, fn) pairs, "
-                             "e.g. set_gates(model, 0.1); [] for the unmodified model")
+                             "e.g. overrides.set_gates(model, 0.1); [] for the unmodified model")
     names = list(conditions)
     stacked = [n for n in names if batched and _batchable(conditions[n])]
     looped = [n for n in names if n not in stacked]

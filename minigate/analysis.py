@@ -4,12 +4,12 @@
   (layer, head); averaged over heads, then layers.
 - Sink rate (Gu et al., 2025): share of (layer, head) pairs whose mean first-token attention > 0.3.
 - M-Act (massive activations): max |residual-stream value| output by each layer.
-- Gate anatomy (gates.py, re-exported here): `gate_scores(model, prompts)` -> GateScores, with the views an
-  independent analysis of the 1B checkpoints reported: distribution, per layer / head, first token vs rest,
-  per input type, per dimension.
-- Uncertainty (stats.py, re-exported here): `bootstrap_ci` resamples prompts or chunks, never tokens.
-  SinkStats.ci() and every GateScores aggregate (ci=True) use it. M-Act is a maximum, for which a
-  bootstrap interval is unreliable, so it has none.
+- Uncertainty: SinkStats.ci() uses stats.bootstrap_ci, which resamples prompts or chunks, never tokens. M-Act is
+  a maximum, for which a bootstrap interval is unreliable, so it has none.
+
+The gates are measured in gates.py (`gate_scores(model, prompts)` -> GateScores, with the views an independent
+analysis of the 1B checkpoints reported: distribution, per layer / head, first token vs rest, per input type, per
+dimension), with bootstrap intervals from the same stats.bootstrap_ci.
 """
 
 from __future__ import annotations
@@ -18,13 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .gates import (CLOSED, OPEN, DimensionClasses, FirstVsRest, GateDistribution, GateScores, compare_gates,
-                    gate_scores, gate_scores_by_type)
-from .stats import CI, bootstrap_ci, quantile
-
-__all__ = ["attention_sink", "massive_activations", "sink_tracker", "uniform_first_token_share", "SinkStats",
-           "ActivationStats", "CLOSED", "OPEN", "DimensionClasses", "FirstVsRest", "GateDistribution", "GateScores",
-           "compare_gates", "gate_scores", "gate_scores_by_type", "CI", "bootstrap_ci", "quantile"]
+from .stats import CI, bootstrap_ci
 
 SINK_THRESHOLD = 0.3  # Gu et al.: a head is a sink head when its mean first-token attention exceeds this
 

@@ -206,7 +206,7 @@ class GateScores:
         return GateScores(self.values.mean(-1), self.prompt, self.pos, self.tokens, self.layers)
 
 
-# -- which layers hold a gate (ablation.py's overrides check theirs with the same functions) ------------------
+# -- which layers hold a gate (overrides.py checks its overrides with the same functions) ---------------------
 def check_layer(model, layer) -> int:
     """`layer` as an int, or a ValueError if it is not a layer index of the model."""
     n = model.cfg.n_layers

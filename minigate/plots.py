@@ -29,6 +29,14 @@ def _integer_ticks(ax, x: bool = True, y: bool = False):
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def _finish(fig, legend_ax=None):
+    """The figure, laid out tight, with a small-type legend on `legend_ax` when given."""
+    if legend_ax is not None:
+        legend_ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _plain(value: float, _pos=None) -> str:
     """A log axis's tick label as a plain number (150, 2,000), or 1e+06 once it gets long."""
     return f"{value:,.6g}" if 1e-3 <= value < 1e5 else f"{value:.0e}"
@@ -60,9 +68,7 @@ def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss")
         for s in h.spikes:
             ax.axvline(s, color=_color(name, i), alpha=0.15, lw=1)
     ax.set(xlabel="step", ylabel="loss (nats per token)", title=title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | str = "mean",
@@ -118,12 +124,10 @@ def first_token_share(sinks: dict, threshold: float = 0.3, title: str = "Attenti
     ax.set_xticks(range(max(s.share.shape[0] for s in sinks.values())))
     top = max(max(s.share.max().item() for s in sinks.values()) * 1.15, threshold * 1.2)
     ax.set(xlabel="layer", ylabel="mean attention on position 0", ylim=(0, min(1.0, top)), title=title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
-def massive_activations(acts: dict, title: str = "Largest residual activation per layer"):
+def m_act_per_layer(acts: dict, title: str = "Largest residual activation per layer"):
     """Per-layer max |residual| of several models ({name: ActivationStats}) as points, log scale."""
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.5 / max(len(acts), 1)
@@ -134,9 +138,7 @@ def massive_activations(acts: dict, title: str = "Largest residual activation pe
     ax.set(xlabel="layer", ylabel="max |residual value|", yscale="log", title=title)
     ax.set_xticks(range(max(len(a.max_abs) for a in acts.values())))
     _log_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def training_metric(histories: dict, metric: str = "f_attn", ylabel: str | None = None,
@@ -147,9 +149,7 @@ def training_metric(histories: dict, metric: str = "f_attn", ylabel: str | None 
         steps, values = h.metric(metric)
         ax.plot(steps, values, "o-", color=_color(name, i), label=name)
     ax.set(xlabel="step", ylabel=ylabel or metric, title=title or f"{metric} during training")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 # -- gate anatomy (gates.GateScores) ---------------------------------------------------------------------
@@ -162,9 +162,7 @@ def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution o
         ax.step(centers, d.hist.tolist(), where="mid", color=_color(name, i),
                 label=f"{name}: mean {d.mean:.3f}, median {d.median:.3f}, <0.1: {d.frac_closed:.0%}")
     ax.set(xlabel="gate score", ylabel="share of gate values", title=title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0, row_labels: list[str] | None = None,
@@ -224,9 +222,7 @@ def gate_first_vs_rest(scores: dict, title: str = "Gate on the first token vs th
         ax.plot(g.layers, fr.rest.tolist(), "s--", color=_color(name, i), label=f"{name}: other tokens")
     ax.set(xlabel="layer", ylabel="mean gate score", ylim=(0, 1), title=title)
     _integer_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def gate_token_matrix(matrix: torch.Tensor, tokens: list[str] | None = None, layers: list[int] | None = None,
@@ -240,8 +236,7 @@ def gate_token_matrix(matrix: torch.Tensor, tokens: list[str] | None = None, lay
     if tokens is not None:
         ax.set_yticks(range(len(tokens)), [repr(t)[1:-1] for t in tokens], fontsize=7)
     fig.colorbar(im, ax=ax, label="gate score")
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def gate_by_type(table: dict, stat: str = "mean", title: str = "Mean gate score by input type"):
@@ -255,8 +250,7 @@ def gate_by_type(table: dict, stat: str = "mean", title: str = "Mean gate score 
                [table[n][f"{stat}_high"] - v for n, v in zip(names, values, strict=True)]]
     ax.bar(names, values, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(names))])
     ax.set(ylabel=stat.replace("_", " "), title=title + (" (95% bootstrap CI)" if err else ""))
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def gate_layer_quantiles(scores: dict, title: str = "Gate distribution by depth"):
@@ -270,9 +264,7 @@ def gate_layer_quantiles(scores: dict, title: str = "Gate distribution by depth"
         ax.plot(g.layers, q[:, 2].tolist(), "o-", color=c, label=f"{name}: median, 25-75%, 5-95%")
     ax.set(xlabel="layer", ylabel="gate score", ylim=(0, 1), title=title)
     _integer_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def gate_dimension_classes(classes, layers: list[int] | None = None,
@@ -289,9 +281,7 @@ def gate_dimension_classes(classes, layers: list[int] | None = None,
         bottom += shares[:, j]
     ax.set(xlabel="layer", ylabel="share of gate dimensions", ylim=(0, 1), title=title)
     _integer_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 # -- ablations (ablation.sweep results: {condition name: Perplexity}) --------------------------------------
@@ -313,9 +303,7 @@ def sweep_curve(results: dict, title: str = "All gates fixed to one constant"):
             ax.axhline(results[ref].ppl, color=style[0], ls=style[1:], label=f"{ref}: {results[ref].ppl:.4g}")
     ax.set(xlabel="gate value", ylabel="perplexity", yscale="log", title=title)
     _log_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def layer_ablation(results: dict, title: str = "One layer's gates forced open or closed"):
@@ -333,26 +321,4 @@ def layer_ablation(results: dict, title: str = "One layer's gates forced open or
     ax.set(xlabel="layer", ylabel="perplexity", yscale="log", title=title)
     ax.set_xticks(layers)
     _log_ticks(ax)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def head_ablation(results: dict, title: str = "One head closed at a time: perplexity", log: bool = True):
-    """(layer x head) heatmap from the "L{layer}H{head} closed" entries of a sweep; log colour scale
-    by default (one head can cost 10x, another 10,000x)."""
-    found = [(int(m[1]), int(m[2]), n) for n in results if (m := re.fullmatch(r"L(\d+)H(\d+) closed", n))]
-    if not found:
-        raise ValueError("no 'L{layer}H{head} closed' conditions in the results; run ablation.head_conditions")
-    layers, n_heads = sorted({f[0] for f in found}), max(f[1] for f in found) + 1  # only the layers swept
-    grid = torch.full((len(layers), n_heads), float("nan"))  # (layer, head)
-    for L, h, n in found:
-        grid[layers.index(L), h] = results[n].ppl
-    fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(2.5, 0.6 * len(layers) + 1.5)))
-    im = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto", norm=LogNorm() if log else None)
-    ax.set(xlabel="head", ylabel="layer", title=title)
-    ax.set_yticks(range(len(layers)), layers)
-    _integer_ticks(ax)
-    fig.colorbar(im, ax=ax, label="perplexity" + (" (log scale)" if log else ""))
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)

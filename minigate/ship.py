@@ -3,13 +3,13 @@
     python -m minigate.ship --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
     python -m minigate.ship --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
 
-1. `minigate train --preset P --gate G --out runs/P-G` for G in none, headwise, elementwise, one at a time
+1. `minigate train --preset P --variant V --out runs/P-V` for V in none, headwise, elementwise, one at a time
    (a folder with a checkpoint is resumed; a finished one is only measured).
 2. Each model measured on held-out WikiText-2 prose at seq_len 512, prose none of them saw, with the paper's metric
    definitions: F-Attn and its excess over uniform attention, the largest head, sink rate, M-Act; plus the
    validation loss on held-out code.
 3. Shipped as 16-bit safetensors with run.json, the tokenizer and a thinned history.json, measured again from the
-   shipped files (the numbers a lesson reads), and checked against the bar of the issue that asked for them.
+   shipped files (the numbers a lesson reads), and checked against the recipe's bar (BARS, check_bar).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 
 from .resources import DATA_DIR
 
-NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}  # gate -> shipped suffix
+NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}  # variant -> shipped suffix
 PROSE_LEN = 512
-# the bar each recipe was asked to reach: baseline M-Act, and how far a gated loss may trail the baseline's
+# the bar each recipe's models must reach: baseline M-Act, and how far a gated loss may trail the baseline's
 BARS = {"code": dict(m_act=20, loss_slack=0.02), "code-gpu": dict(m_act=100, loss_slack=1e-3)}
 
 
@@ -42,8 +42,8 @@ def prose_windows(tokenizer_path, limit: int | None = None) -> torch.Tensor:
     return torch.cat([x for x, _ in data.eval_batches(ids, 64, PROSE_LEN, 0)])[:limit]
 
 
-def measure(model, prose: torch.Tensor, history: dict) -> dict:
-    """The shipped numbers of one model on `prose` [batch, 512] (the README's row)."""
+def shipped_numbers(model, prose: torch.Tensor, history: dict) -> dict:
+    """The numbers shipped with one model (its row of the README's table), measured on `prose` [batch, 512]."""
     from .analysis import attention_sink, massive_activations, uniform_first_token_share
 
     device = next(model.parameters()).device
@@ -94,7 +94,7 @@ def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
 
     history = json.loads((run_dir / "history.json").read_text())
     run = json.loads((run_dir / "run.json").read_text())
-    trained = measure(minigate.from_pretrained(run_dir / "model"), prose, history)
+    trained = shipped_numbers(minigate.from_pretrained(run_dir / "model"), prose, history)
     if ship.exists():
         shutil.rmtree(ship)
     minigate.save_pretrained(minigate.from_pretrained(run_dir / "model"), ship, dtype=torch.bfloat16)
@@ -103,13 +103,13 @@ def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
             shutil.copyfile(run_dir / "model" / f, ship / f)
     (ship / "run.json").write_text(json.dumps(_portable(run), indent=2))
     (ship / "history.json").write_text(json.dumps(thin(history)))
-    shipped = measure(minigate.from_pretrained(ship), prose, history)
+    shipped = shipped_numbers(minigate.from_pretrained(ship), prose, history)
     return dict(shipped, f_attn_fp32=trained["f_attn"], m_act_fp32=trained["m_act"],
                 minutes=train_minutes(history, run), steps=history["step"][-1])
 
 
 def check_bar(rows: dict, preset: str) -> list[tuple[str, bool]]:
-    """(claim, holds) for each line of the recipe's bar; rows are keyed by gate (none, headwise, elementwise)."""
+    """(claim, holds) for each line of the recipe's bar; rows are keyed by variant (none, headwise, elementwise)."""
     b, bar = rows["none"], BARS[preset]
     out = [("baseline F-Attn >= 0.03 above uniform", b["f_attn_excess"] >= 0.03),
            ("baseline has a head at >= 0.25", b["max_head"] >= 0.25),
@@ -128,19 +128,19 @@ def table(rows: dict, preset: str) -> str:
     """The README's markdown table of the shipped models."""
     lines = ["| model | F-Attn | above uniform | largest head (layer, head) | sink rate | M-Act | val loss (code) | "
              "train min |", "|---|---|---|---|---|---|---|---|"]
-    for gate, r in rows.items():
-        lines.append(f"| {preset}-{NAMES[gate]} | {r['f_attn']:.3f} | {r['f_attn_excess']:.3f} | {r['max_head']:.2f} "
-                     f"({r['max_head_at'][0]}, {r['max_head_at'][1]}) | {r['sink_rate']:.1%} | {r['m_act']:.0f} | "
-                     f"{r['val_loss_code']:.3f} | {r['minutes']:.0f} |")
+    for variant, r in rows.items():
+        lines.append(f"| {preset}-{NAMES[variant]} | {r['f_attn']:.3f} | {r['f_attn_excess']:.3f} | "
+                     f"{r['max_head']:.2f} ({r['max_head_at'][0]}, {r['max_head_at'][1]}) | {r['sink_rate']:.1%} | "
+                     f"{r['m_act']:.0f} | {r['val_loss_code']:.3f} | {r['minutes']:.0f} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(BARS), default="code")
-    ap.add_argument("--runs", default="runs", help="run folders runs/<preset>-<gate> (resumed if present)")
+    ap.add_argument("--runs", default="runs", help="run folders runs/<preset>-<variant> (resumed if present)")
     ap.add_argument("--ship", default=str(DATA_DIR / "checkpoints"), help="where the <preset>-* folders go")
-    ap.add_argument("--gates", nargs="*", default=list(NAMES), choices=list(NAMES))
+    ap.add_argument("--variants", "--gates", dest="variants", nargs="*", default=list(NAMES), choices=list(NAMES))
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for training (CPU recipe)")
     ap.add_argument("--no-train", action="store_true", help="only measure and ship finished run folders")
     args = ap.parse_args(argv)
@@ -148,19 +148,19 @@ def main(argv=None) -> int:
         print("minigate.ship: --preset code-gpu needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained)")
         return 2
     rows, prose = {}, None
-    for gate in args.gates:
-        run = Path(args.runs) / f"{args.preset}-{gate}"
+    for variant in args.variants:
+        run = Path(args.runs) / f"{args.preset}-{variant}"
         done = (run / "model" / "config.json").exists()
         if not done and args.no_train:
             print(f"minigate.ship: {run} has no finished model; train it, or leave out --no-train")
             return 2
         if not done:
-            cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", args.preset, "--gate", gate,
+            cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", args.preset, "--variant", variant,
                    "--out", str(run), "--quiet", "--threads", str(args.threads)]
             subprocess.run(cmd + (["--resume"] if (run / "checkpoint.pt").exists() else []), check=True)
         if prose is None:
             prose = prose_windows(run / "model" / "tokenizer.json")
-        rows[gate] = ship_one(run, Path(args.ship) / f"{args.preset}-{NAMES[gate]}", prose)
+        rows[variant] = ship_one(run, Path(args.ship) / f"{args.preset}-{NAMES[variant]}", prose)
     print(f"\nmeasured on held-out WikiText-2, T={PROSE_LEN} ({prose.shape[0]} windows; uniform attention gives "
           f"{next(iter(rows.values()))['uniform']:.4f}), from the shipped bf16 weights:\n{table(rows, args.preset)}")
     (Path(args.runs) / f"{args.preset}_measurements.json").write_text(json.dumps(rows, indent=2))

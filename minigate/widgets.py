@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from . import ablation as ab
+from . import overrides as ov
 from . import plots
 from .gates import encode_prompt, gate_scores, gated_layers
 from .hooks import get_act_name
@@ -162,11 +163,11 @@ def gate_explorer(models, tokenizer, prompt: str = "The capital of France is Par
 
 def _clamp_hooks(model, layer, head, value) -> list:
     if layer == "all" and head == "all":
-        return ab.set_gates(model, value)
+        return ov.set_gates(model, value)
     if head == "all":
-        return ab.force_layer(model, layer, value)
+        return ov.force_layer(model, layer, value)
     layers = gated_layers(model) if layer == "all" else [layer]
-    return [pair for L in layers for pair in ab.close_head(model, L, head, value)]
+    return [pair for L in layers for pair in ov.close_head(model, L, head, value)]
 
 
 @torch.no_grad()

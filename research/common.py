@@ -1,6 +1,5 @@
 """What the synthetic research scripts share: their flags, the tiny model, training through minigate's train(),
-and the report printed while they train. The runs logged in docs/experiments.md sections 1-3 came from the
-scripts' own loops before they moved to train() (see the log for the commit that holds them).
+and the report printed while they train.
 
 The recipe: AdamW (0.9, 0.95) with weight decay on the Linear matrices (train.make_optimizer), linear warmup
 over the first 100 steps to a constant lr (min_lr_ratio=1.0), clipping 1.0, fp32 on the CPU, the batches
@@ -14,7 +13,8 @@ import torch
 
 from minigate import ModelConfig, Transformer
 from minigate.analysis import attention_sink, massive_activations
-from minigate.train import TrainConfig, train
+from minigate.presets import TrainConfig
+from minigate.train import train
 
 
 def parser(description: str, layers: int = 1, steps: int = 1000, batch: int = 64) -> argparse.ArgumentParser:

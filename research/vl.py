@@ -26,7 +26,8 @@ import torch
 from minigate import Transformer
 from minigate.analysis import attention_sink, massive_activations, sink_tracker
 from minigate.data import copy_task
-from minigate.train import PRESETS, model_config, train
+from minigate.presets import PRESETS, model_config
+from minigate.train import train
 
 args = dict(a.split("=") for a in sys.argv[1:])
 task = args.pop("task", "vl")

@@ -1,5 +1,6 @@
-"""Ablations: chunking, perplexity and its bootstrap interval, gate overrides and controls that touch
-exactly their target, and the batched sweep equal to the looped one."""
+"""Ablations and overrides (minigate.ablation, minigate.overrides): chunking, perplexity and its bootstrap
+interval, gate overrides and controls that touch exactly their target, and the batched sweep equal to the looped
+one."""
 
 import math
 
@@ -8,7 +9,8 @@ import torch
 
 from minigate import ModelConfig, Transformer
 from minigate import ablation as ab
-from minigate.train import evaluate
+from minigate import overrides as ov
+from minigate.evaluation import evaluate
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=32)
 GRANS = ["headwise", "elementwise"]
@@ -77,18 +79,18 @@ def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_chunks()
 def test_each_override_touches_exactly_its_layer_and_head(gran):
     model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
     assert overridden(model, [], c) == {}
-    assert set(overridden(model, ab.set_gates(model, 0.3), c)) == {0, 1, 2}
-    assert set(overridden(model, ab.set_gates(model, 0.3, layers=[0, 2]), c)) == {0, 2}
-    touched = overridden(model, ab.force_layer(model, 1, 1.0), c)
+    assert set(overridden(model, ov.set_gates(model, 0.3), c)) == {0, 1, 2}
+    assert set(overridden(model, ov.set_gates(model, 0.3, layers=[0, 2]), c)) == {0, 2}
+    touched = overridden(model, ov.force_layer(model, 1, 1.0), c)
     assert set(touched) == {1} and touched[1].all()
-    touched = overridden(model, ab.close_head(model, 1, 2), c)
+    touched = overridden(model, ov.close_head(model, 1, 2), c)
     assert set(touched) == {1} and touched[1].tolist() == [False, False, True, False]
 
 
 @pytest.mark.parametrize("gran", GRANS)
 def test_closed_head_silences_that_head_only(gran):
     model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
-    clean, closed = cached(model, [], c), cached(model, ab.close_head(model, 1, 2), c)
+    clean, closed = cached(model, [], c), cached(model, ov.close_head(model, 1, 2), c)
     z = closed["blocks.1.attn.hook_z_gated"]
     assert z[:, :, 2].abs().max() == 0 and z[:, :, [0, 1, 3]].abs().min() > 0
     torch.testing.assert_close(z[:, :, [0, 1, 3]], clean["blocks.1.attn.hook_z_gated"][:, :, [0, 1, 3]])
@@ -105,7 +107,7 @@ def test_all_gates_forced_open_equals_the_model_without_gate_rows(gran):
         w = state[f"blocks.{L}.attn.q_proj.weight"].view(K, -1, d)
         state[f"blocks.{L}.attn.q_proj.weight"] = w[:, : (H // K) * D].reshape(H * D, d)
     plain.load_state_dict(state)
-    opened = ab.perplexity(gated, c, ab.set_gates(gated, 1.0), ci=False)
+    opened = ab.perplexity(gated, c, ov.set_gates(gated, 1.0), ci=False)
     torch.testing.assert_close(opened.chunk_losses, ab.perplexity(plain, c, ci=False).chunk_losses)
     assert abs(ab.perplexity(gated, c, ci=False).loss - opened.loss) > 1e-3  # the learned gate does matter
 
@@ -123,14 +125,14 @@ def test_controls_change_the_targeted_output_as_documented():
     model, c = model_for(), ab.chunks(TOKENS, 4, 16)
     clean = cached(model, [], c)
     a0, m1 = clean["blocks.0.hook_attn_out"], clean["blocks.1.hook_mlp_out"]
-    torch.testing.assert_close(cached(model, ab.scale_output(model, 0, 3.0), c)["blocks.0.hook_attn_out"], 3 * a0)
+    torch.testing.assert_close(cached(model, ov.scale_output(model, 0, 3.0), c)["blocks.0.hook_attn_out"], 3 * a0)
     mean = cached(model, ab.mean_output(model, c, 1, "mlp"), c)["blocks.1.hook_mlp_out"]
     torch.testing.assert_close(mean, m1.mean(dim=(0, 1)).expand_as(mean), atol=1e-6, rtol=1e-5)
     fixed = cached(model, ab.fixed_norm(model, c, 1, "mlp"), c)["blocks.1.hook_mlp_out"]
     torch.testing.assert_close(fixed.norm(dim=-1), torch.full(fixed.shape[:2], m1.norm(dim=-1).mean().item()))
     torch.testing.assert_close(fixed / fixed.norm(dim=-1, keepdim=True), m1 / m1.norm(dim=-1, keepdim=True))
     s = ab.matched_scale(model, c, 0, 1.0)  # scaling the output by s matches the RMS of the forced-open output
-    opened = cached(model, ab.force_layer(model, 0, 1.0), c)["blocks.0.hook_attn_out"]
+    opened = cached(model, ov.force_layer(model, 0, 1.0), c)["blocks.0.hook_attn_out"]
     assert (s * a0).pow(2).mean().sqrt().item() == pytest.approx(opened.pow(2).mean().sqrt().item(), rel=1e-5)
     assert s > 1.2  # random-init gates sit near 0.5: opening them enlarges the output
 
@@ -139,7 +141,7 @@ def test_controls_change_the_targeted_output_as_documented():
 @pytest.mark.parametrize("gate, head", [("none", None), ("G1", None), ("G1", 2)])
 def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, head):
     model, c = model_for(gate=gate), ab.chunks(TOKENS, 3, 16)
-    hooks = ab.forbid_bos(model, 1, head)
+    hooks = ov.forbid_bos(model, 1, head)
     assert [name for name, _ in hooks] == ["blocks.1.attn.hook_pattern"]
     clean, forbidden = cached(model, [], c), cached(model, hooks, c)
     torch.testing.assert_close(forbidden["blocks.0.attn.hook_pattern"], clean["blocks.0.attn.hook_pattern"])
@@ -152,14 +154,14 @@ def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, hea
     torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))
     torch.testing.assert_close(a[:, :, 1:, 1:], b[:, :, 1:, 1:] / (1 - b[:, :, 1:, :1]))  # the others, rescaled
     assert (forbidden["blocks.2.hook_attn_out"] - clean["blocks.2.hook_attn_out"]).abs().max() > 1e-3  # downstream
-    every = ab.perplexity(model, c, sum((ab.forbid_bos(model, L) for L in range(3)), []), ci=False)
+    every = ab.perplexity(model, c, sum((ov.forbid_bos(model, L) for L in range(3)), []), ci=False)
     assert every.loss != pytest.approx(ab.perplexity(model, c, ci=False).loss, abs=1e-4)
 
 
 def test_forbid_bos_rows_with_nothing_but_bos_stay_zero():
     pattern = torch.zeros(1, 2, 3, 3)
     pattern[..., 0] = 1.0  # every query on <bos> alone: nothing left to renormalise over
-    (_, forbid), = ab.forbid_bos(model_for(), 0)
+    (_, forbid), = ov.forbid_bos(model_for(), 0)
     out = forbid(pattern)
     assert not out.isnan().any() and (out[:, :, 1:] == 0).all() and (out[:, :, 0, 0] == 1).all()
 
@@ -196,10 +198,10 @@ def test_rank_layers_on_a_sweep_is_the_log_perplexity_ratio():
 @pytest.mark.parametrize("gran", GRANS)
 def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
     model, c = model_for(gran), ab.chunks(TOKENS, 5, 16)
-    stats = ab.measure(model, c)
+    stats = ab.activation_moments(model, c)
     conds = {**ab.published_conditions(model, c, first_layers=2, stats=stats),
              **ab.control_conditions(model, c, layers=[1], stats=stats),
-             "L0H1+L2H3 closed": ab.close_head(model, 0, 1) + ab.close_head(model, 2, 3),  # two edits, two layers
+             "L0H1+L2H3 closed": ov.close_head(model, 0, 1) + ov.close_head(model, 2, 3),  # two edits, two layers
              "L1 half": [("blocks.1.attn.hook_gate", lambda g, hook: g / 2)]}  # not an Edit: looped
     forwards = []
     count = [("hook_embed", lambda x, hook: forwards.append(x.shape[0]))]
@@ -221,20 +223,20 @@ def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
 def test_bad_requests_name_the_fix():
     gated, plain = model_for(), model_for(gate="none")
     c = ab.chunks(TOKENS, 2, 16)
-    for make in (lambda: ab.set_gates(plain, 0.1), lambda: ab.close_head(plain, 0, 0),
+    for make in (lambda: ov.set_gates(plain, 0.1), lambda: ov.close_head(plain, 0, 0),
                  lambda: ab.mean_gates(plain, c), lambda: ab.published_conditions(plain, c)):
         with pytest.raises(ValueError, match=r"no gate \(gate='none'\).*gate='G1'.*the controls"):
             make()
     assert ab.control_conditions(plain, c, layers=[0])  # the controls need no gate
     for bad in (3, -1):
         with pytest.raises(ValueError, match=r"layer .* out of range: the model has 3 layers, use 0\.\.2"):
-            ab.force_layer(gated, bad, 1.0)
+            ov.force_layer(gated, bad, 1.0)
     with pytest.raises(ValueError, match=r"head 4 is out of range.*use 0\.\.3"):
-        ab.close_head(gated, 0, 4)
+        ov.close_head(gated, 0, 4)
     with pytest.raises(ValueError, match=r"head 4 is out of range.*use 0\.\.3"):
-        ab.forbid_bos(plain, 0, 4)
+        ov.forbid_bos(plain, 0, 4)
     with pytest.raises(ValueError, match=r"layer 3 is out of range"):
-        ab.forbid_bos(plain, 3)
+        ov.forbid_bos(plain, 3)
     with pytest.raises(ValueError, match="trained for max_seq_len=32.*use chunk_len <= 32"):
         ab.chunks(TOKENS, 2, 33, model=gated)
     with pytest.raises(ValueError, match="max_seq_len=32"):
@@ -242,7 +244,7 @@ def test_bad_requests_name_the_fix():
     with pytest.raises(ValueError, match="600 tokens, too few.*use n_chunks <= 37"):
         ab.chunks(TOKENS, 50, 16)
     with pytest.raises(ValueError, match="component='resid'"):
-        ab.scale_output(gated, 0, 2.0, "resid")
+        ov.scale_output(gated, 0, 2.0, "resid")
     with pytest.raises(ValueError, match="list of \\(hook name, fn\\) pairs"):
         ab.sweep(gated, c, {"oops": 0.1})
     with pytest.raises(ValueError, match="no conditions"):

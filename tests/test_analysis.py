@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from minigate import ModelConfig, Transformer
-from minigate.analysis import (attention_sink, bootstrap_ci, compare_gates, gate_scores, gate_scores_by_type,
-                               massive_activations, quantile, uniform_first_token_share)
+from minigate.analysis import attention_sink, massive_activations, uniform_first_token_share
 from minigate.data import PROMPT_TYPES, get_tokenizer, load_prompts
+from minigate.gates import compare_gates, gate_scores, gate_scores_by_type
+from minigate.stats import bootstrap_ci, quantile
 
 TINY = dict(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
 TOKENS = torch.randint(0, 50, (5, 12), generator=torch.Generator().manual_seed(0))

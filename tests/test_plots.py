@@ -9,7 +9,7 @@ import torch  # noqa: E402
 
 from minigate import ModelConfig, Transformer, plots  # noqa: E402
 from minigate.analysis import SinkStats, attention_sink, massive_activations  # noqa: E402
-from minigate.train import History  # noqa: E402
+from minigate.checkpoint import History  # noqa: E402
 
 TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
 TOKENS = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(0))
@@ -43,7 +43,7 @@ def test_first_token_share_and_massive_activation_figures():
     ax = plots.first_token_share({"made up": shares}).axes[0]
     ringed = [c for c in ax.collections if len(c.get_facecolors()) == 0]  # the sink heads' rings
     assert sorted(y for c in ringed for _, y in c.get_offsets()) == pytest.approx([0.31, 0.4, 0.9])
-    fig = plots.massive_activations({k: massive_activations(m, TOKENS) for k, m in ms.items()})
+    fig = plots.m_act_per_layer({k: massive_activations(m, TOKENS) for k, m in ms.items()})
     assert fig.axes[0].get_yscale() == "log"
 
 
@@ -119,8 +119,7 @@ def test_ablation_figures():
 
     model = _gated()["headwise"]
     c = ab.chunks(torch.randint(0, 50, (400,), generator=torch.Generator().manual_seed(1)), 4, 12, model=model)
-    conds = {"learned": [], **ab.constant_conditions(model, (0.0, 0.5, 1.0)), **ab.layer_conditions(model),
-             **ab.head_conditions(model, first_layers=2)}
+    conds = {"learned": [], **ab.constant_conditions(model, (0.0, 0.5, 1.0)), **ab.layer_conditions(model)}
     res = ab.sweep(model, c, conds, n_boot=50, progress=False)
     fig = plots.sweep_curve(res)
     line = fig.axes[0].get_lines()[0]
@@ -130,15 +129,6 @@ def test_ablation_figures():
     fig = plots.layer_ablation(res)
     assert len(fig.axes[0].patches) == 4  # 2 layers x (open, closed)
     assert _whole_ticks(fig.axes[0])
-    fig = plots.head_ablation(res)
-    assert _whole_ticks(fig.axes[0]) and fig.axes[0].get_images()[0].norm.__class__.__name__ == "LogNorm"
-    grid = fig.axes[0].get_images()[0].get_array()
-    assert grid.shape == (2, 4) and grid[1, 3] == pytest.approx(res["L1H3 closed"].ppl)
-    only = {n: r for n, r in res.items() if n.startswith("L1H")}  # heads of layer 1 only: one row, labelled 1
-    ax = plots.head_ablation(only).axes[0]
-    assert ax.get_images()[0].get_array().shape == (1, 4) and [t.get_text() for t in ax.get_yticklabels()] == ["1"]
-    with pytest.raises(ValueError, match="head_conditions"):
-        plots.head_ablation({"learned": res["learned"]})
 
 
 def test_log_axes_have_plain_readable_ticks():

@@ -21,10 +21,10 @@ def test_prose_windows_are_held_out_bos_first_windows_of_512(prose):
     assert torch.equal(ship.prose_windows(data.DEFAULT_TOKENIZER, limit=5), prose[:5])
 
 
-def test_measure_gives_the_papers_metrics_and_where_the_largest_head_is(prose):
+def test_shipped_numbers_are_the_papers_metrics_and_where_the_largest_head_is(prose):
     torch.manual_seed(0)
     model = minigate.Transformer(model_config("code", "headwise"))  # the shipped size, untrained
-    row = ship.measure(model, prose[:4], {"val_loss": [3.0]})
+    row = ship.shipped_numbers(model, prose[:4], {"val_loss": [3.0]})
     assert 0 < row["uniform"] < row["f_attn"] < 1 and row["f_attn_excess"] == row["f_attn"] - row["uniform"]
     assert len(row["m_act_per_layer"]) == 4 and row["m_act"] == pytest.approx(sum(row["m_act_per_layer"]) / 4, abs=0.1)
     layer, head = row["max_head_at"]

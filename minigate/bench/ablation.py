@@ -30,7 +30,7 @@ from minigate import Transformer, from_pretrained
 from minigate.ablation import SWEEP_VALUES, chunks, published_conditions, sweep
 from minigate.hardware import T4_PEAK
 from minigate.bench.common import interleaved_medians
-from minigate.train import model_config
+from minigate.presets import model_config
 
 # the paper's 1B models (official-checkpoints.md) and a T4
 PAPER = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
@@ -64,7 +64,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    model = from_pretrained(args.model) if args.model else Transformer(model_config("text", gate=args.gate))
+    model = from_pretrained(args.model) if args.model else Transformer(model_config("text", args.gate))
     model.eval()
     cfg = model.cfg
     c = chunks(torch.randint(0, cfg.vocab_size, (args.chunks * args.len,)), args.chunks, args.len, model=model)

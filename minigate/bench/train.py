@@ -39,8 +39,9 @@ import torch
 from minigate import Transformer
 from minigate.bench.common import qwen3_twin
 from minigate.data import sample_batch
-from minigate.train import (PRESETS, lr_at, make_optimizer, model_config, pick_device, pick_precision,
-                            token_cross_entropy, train, tune_cpu_allocator)
+from minigate.evaluation import token_cross_entropy
+from minigate.presets import PRESETS, model_config
+from minigate.train import lr_at, make_optimizer, pick_device, pick_precision, train, tune_cpu_allocator
 
 # CPU contenders of the settings comparison: name -> (tune the allocator, precision, torch.compile)
 SETTINGS = {

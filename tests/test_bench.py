@@ -5,13 +5,40 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from minigate.bench import train as bench_train
 
 
-def test_settings_cover_the_allocator_precision_and_compile():
-    assert set(bench_train.SETTINGS.values()) == {(False, "fp32", False), (True, "fp32", False),
-                                                   (True, "bf16", False), (True, "fp32", True)}
+def _what_a_worker_runs(name, monkeypatch) -> tuple[bool, str, bool]:
+    """(allocator tuned, precision, compiled) of what settings_worker(name) really trains with: the allocator, compile
+    and the training loop are recorded instead of run."""
+    seen = {"tuned": False}
+    monkeypatch.setattr(bench_train, "tune_cpu_allocator", lambda: seen.update(tuned=True))
+    monkeypatch.setattr(torch, "compile", lambda model: lambda x: "the compiled model")
+
+    def loop(model, logits_of, tokens, cfg, gen):
+        seen.update(precision=cfg.precision, device=cfg.device,
+                    compiled=logits_of(model, tokens[:8][None]) == "the compiled model")
+        return [100.0, 200.0, 300.0]  # tokens/s of each step
+
+    monkeypatch.setattr(bench_train, "plain_loop", loop)
+    got = bench_train.settings_worker(name, "ci", 3)
+    t = bench_train.PRESETS["ci"].train
+    assert got == {"first_s": t.batch_size * t.seq_len / 100.0, "rates": [200.0, 300.0]}  # the first step apart
+    assert seen["device"] == "cpu"
+    return seen["tuned"], seen["precision"], seen["compiled"]
+
+
+def test_settings_cover_the_allocator_precision_and_compile(monkeypatch):
+    """The contenders really run glibc's and the tuned allocator, fp32 and bf16, eager and compiled; the ones the
+    report names as its baseline and its compile comparison do what their names say."""
+    runs = {name: _what_a_worker_runs(name, monkeypatch) for name in bench_train.SETTINGS}
+    assert set(runs.values()) == {(False, "fp32", False), (True, "fp32", False), (True, "bf16", False),
+                                  (True, "fp32", True)}
+    assert runs["fp32, glibc's default allocator"] == (False, "fp32", False)
+    assert runs["fp32, tuned allocator (default)"] == (True, "fp32", False)
+    assert runs["fp32 + torch.compile, tuned"] == (True, "fp32", True)
 
 
 @pytest.mark.parametrize("name", ["fp32, glibc's default allocator", "bf16 autocast, tuned allocator"])

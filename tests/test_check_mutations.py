@@ -1,23 +1,18 @@
 """Every exercise's check against plausible wrong answers: each must fail with an AssertionError (never pass, never
-crash inside the check), most with their own hint; and against None, a wrong type, the learner's own exception
+crash inside the check); each typical mistake the check knows (checks.MISTAKES) with its own hint, most other wrong
+answers with a hint for what they got wrong; and against None, a wrong type, the learner's own exception
 and an untouched stub, in the default and in grading mode."""
 
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 
 from minigate.course import checks
 from minigate.course.checks import engine
-from minigate.course.checks import lesson01 as l1
-from minigate.course.checks import lesson02 as l2
 from minigate.course.checks import lesson03 as l3
 from minigate.course.checks import lesson04 as l4
 from minigate.course.checks import lesson05 as l5
-from minigate.course.checks import lesson06 as l6
-from minigate.course.checks import lesson07 as l7
 from minigate.course.checks import lesson08 as l8
 from minigate.analysis import uniform_first_token_share
 
@@ -82,223 +77,101 @@ def _forbid_with_none_as_head(model, layer, head=None):  # lesson 01's one-head 
 
 ref = {name: REFERENCES[name] for name in checks.EXERCISES}
 
+# wrong answers besides each check's typical mistakes (checks.MISTAKES): ones that earn a hint for a wrong structure
+# or type, for the learner's exception, or the generic one
 # (exercise, label, wrong function, a fragment its hint must contain, or None where any failure will do)
-MUTATIONS = [
-    ("causal_attention", "softmax over queries", lambda q, k, v: l1._attention(q, k, v, softmax_dim=-2),
-     "softmax over the wrong axis"),
-    ("causal_attention", "tril(-1)", lambda q, k, v: l1._attention(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
-    ("causal_attention", "tril(1)", lambda q, k, v: l1._attention(q, k, v, diagonal=1), "not key i + 1"),
-    ("causal_attention", "no scale", lambda q, k, v: l1._attention(q, k, v, scale=False), "scale missing"),
-    ("causal_attention", "scaled by d", lambda q, k, v: l1._attention(q, k, v, scale="d"), "not head_dim"),
-    ("causal_attention", "no mask", lambda q, k, v: l1._attention(q, k, v, causal=False), "no causal mask"),
-    ("causal_attention", "(g kv)", lambda q, k, v: l1._attention(q, k, v, kv_order="(g kv)"), "not '(g kv)'"),
+OTHER_WRONG_ANSWERS = [
     ("causal_attention", "k.repeat tiles", _tiled, "not '(g kv)'"),
     ("causal_attention", "GQA not repeated", _gqa_not_repeated, "repeat each kv head"),
-    ("attention_with_null", "no null key", lambda s, v, n: l1._null_attention(s, v, n, null="none"),
-     "the null key is missing"),
-    ("attention_with_null", "null logit 0", lambda s, v, n: l1._null_attention(s, v, n, null="zero"), "not 0"),
-    ("attention_with_null", "exp overflows", lambda s, v, n: l1._null_attention(s, v, n, stable=False),
-     "exp overflows"),
-    ("attention_with_null", "misaligned", lambda s, v, n: l1._null_attention(s, v, n, prepend_misaligned=True),
-     "shifted by one key"),
     ("attention_with_null", "only the output", lambda s, v, n: ref["attention_with_null"](s, v, n)[0],
      "expected 2 outputs"),
     ("attention_with_null", "real keys' weight instead of the null's",
      lambda s, v, n: (ref["attention_with_null"](s, v, n)[0], 1 - ref["attention_with_null"](s, v, n)[1]),
      "output 1: max |difference|"),
-    ("g1_gate", "logits", lambda z, g: z * l2._per_head(g), "not the logits"),
-    ("g1_gate", "silu", lambda z, g: z * F.silu(l2._per_head(g)), "not SiLU"),
-    ("g1_gate", "sign", lambda z, g: z * torch.sigmoid(-l2._per_head(g)), "sign flipped"),
-    ("g1_gate", "headwise on the last axis", lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g),
-     "(b, t, h, 1)"),
-    ("g1_gate", "sigmoid of the product", lambda z, g: torch.sigmoid(z * l2._per_head(g)), "gate logits only"),
-    ("g1_gate", "added", lambda z, g: z + torch.sigmoid(l2._per_head(g)), "not +"),
     ("g1_gate", "headwise not reshaped", _headwise_not_reshaped, "'b t h -> b t h 1'"),
-    ("gated_output", "G5", lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
-    ("gated_output", "no gate", lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
-    ("gated_output", "w_o not transposed", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w, "w_o.T"),
-    ("gated_output", "(d h)", lambda z, g, w: rearrange(z * torch.sigmoid(g), "b t h d -> b t (d h)") @ w.T,
-     "'(d h)' interleaves"),
-    ("gated_output", "logits as the gate", lambda z, g, w: (z * g).flatten(2) @ w.T, "not the logits"),
     ("gated_output", "transposed, non-square w_o", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w
      if w.shape[0] != w.shape[1] else ref["gated_output"](z, g, w), "w_o.T"),
-    ("head_output_by_part", "before the gate", lambda *a: l2._head_output_by_part(*a, point="before gate"),
-     "*before* the gate"),
-    ("head_output_by_part", "query 0 included", lambda *a: l2._head_output_by_part(*a, start=0), "leave out query 0"),
-    ("head_output_by_part", "separator in the random part", lambda *a: l2._head_output_by_part(*a, split=1),
-     "belongs to the copy part"),
-    ("head_output_by_part", "norm of the mean", lambda *a: l2._head_output_by_part(*a, stat="norm of mean"),
-     "then average"),
-    ("head_output_by_part", "squared norm", lambda *a: l2._head_output_by_part(*a, stat="squared"), "not its square"),
-    ("head_output_by_part", "one number for all heads", lambda *a: l2._head_output_by_part(*a, stat="head mean"),
-     "one number per head"),
     ("head_output_by_part", "hook_z_gated everywhere", _z_gated_everywhere, "is_gated"),
-    ("split_q_proj", "per head", lambda *a: l2._split(*a, layout="per head"), "not per query head"),
-    ("split_q_proj", "all queries first", lambda *a: l2._split(*a, layout="all queries first"), "not all at the end"),
-    ("split_q_proj", "(g kv)", lambda *a: l2._split(*a, group="(g kv)"), "not '(g kv)'"),
-    ("split_q_proj", "gates first", lambda *a: l2._split(*a, gates_first=True), "queries come first"),
     ("split_q_proj", "q not transposed", lambda *a: (ref["split_q_proj"](*a)[0].transpose(1, 2),
                                                      ref["split_q_proj"](*a)[1]), "output 0: expected shape"),
     ("split_q_proj", "headwise gates keep their 1", lambda qg, h, kv, d, gran: (
         ref["split_q_proj"](qg, h, kv, d, gran)[0],
         ref["split_q_proj"](qg, h, kv, d, gran)[1][..., None] if gran == "headwise"
         else ref["split_q_proj"](qg, h, kv, d, gran)[1]), "output 1: expected shape"),
-    ("sink_onset", "first crossing", lambda *a: l3._sink_onset(*a, stay=False), "*stays* above"),
-    ("sink_onset", "index", lambda *a: l3._sink_onset(*a, out="index"), "position in the list"),
-    ("sink_onset", ">=", lambda *a: l3._sink_onset(*a, strict=False), "strictly greater"),
-    ("sink_onset", "last step below", lambda *a: l3._sink_onset(*a, out="last below"), "the tracked step after it"),
-    ("sink_onset", "step + 1", lambda *a: l3._sink_onset(*a, out="last below + 1"), "not steps[i] + 1"),
-    ("sink_onset", "None when above from the start", lambda *a: l3._sink_onset(*a, empty="none"), "steps[0]"),
+    ("sink_onset", "None when above from the start", lambda *a: l3._sink_onset(*a, empty="none"),
+     "its onset is steps[0]"),
     ("sink_onset", "the step after the last dip, past the end", _onset_past_the_end, "IndexError"),
     ("sink_onset", "a float", lambda *a: None if (r := l3.reference_sink_onset(*a)) is None else float(r),
      "expected a step"),
-    ("bos_noop_test", "<bos> in the denominator", lambda *a: l4._bos_noop_test(*a, others_from=0), "*other* positions"),
-    ("bos_noop_test", "every position replaced", lambda *a: l4._bos_noop_test(*a, where="all"), "at <bos> only"),
-    ("bos_noop_test", "every head replaced", lambda *a: l4._bos_noop_test(*a, which_heads="all"), "of one head only"),
-    ("bos_noop_test", "losses, not changes", lambda *a: l4._bos_noop_test(*a, difference=False), "*change*"),
-    ("bos_noop_test", "mean over <bos> too", lambda *a: l4._bos_noop_test(*a, mean_from=0), "not from <bos> itself"),
     ("bos_noop_test", "query head indexes hook_v", _noop_query_head_as_value_head, "value head"),
     ("bos_noop_test", "ratio only", lambda *a: l4._bos_noop_test(*a)[0], None),
-    ("locate_massive", "signed max", lambda c, n: l4._locate_massive(c, n, absolute=False), "absolute values"),
-    ("locate_massive", "position first", lambda c, n: l4._locate_massive(c, n, order=(1, 0, 2)), "in that order"),
-    ("locate_massive", "<bos> only", lambda c, n: l4._locate_massive(c, n, only_first=True), "every position"),
-    ("locate_massive", "before the block", lambda c, n: l4._locate_massive(c, n, hook="hook_resid_pre"), "*after*"),
     ("locate_massive", "values only", lambda c, n: l4._locate_massive(c, n)[0], "2 outputs"),
     ("locate_massive", "dimension off by one",
      lambda c, n: (l4._locate_massive(c, n)[0], l4._locate_massive(c, n)[1] + torch.tensor([0, 0, 1])), None),
-    ("f_attn_m_act", "query 0 left out", lambda c, n: l4._f_attn_m_act(c, n, first_query=1), "query 0 included"),
-    ("f_attn_m_act", "from key 0", lambda c, n: l4._f_attn_m_act(c, n, key_axis=False), "*to* key 0"),
-    ("f_attn_m_act", "max over layers", lambda c, n: l4._f_attn_m_act(c, n, layer_stat="max"),
-     "not the maximum over layers"),
-    ("f_attn_m_act", "no abs", lambda c, n: l4._f_attn_m_act(c, n, absolute=False), "absolute values"),
-    ("f_attn_m_act", "swapped", lambda c, n: l4._f_attn_m_act(c, n)[::-1], "in that order"),
-    ("f_attn_m_act", "mean activation", lambda c, n: l4._f_attn_m_act(c, n, act_stat="mean"), "not the mean"),
     ("f_attn_m_act", "m_act off by 1%", lambda c, n: (l4._f_attn_m_act(c, n)[0], l4._f_attn_m_act(c, n)[1] * 1.01),
      "output 1: max |difference|"),
-    ("bos_share_by_part", "query 0 in", lambda p, n: l4._bos_share_by_part(p, n, start=0), "leave out query 0"),
-    ("bos_share_by_part", "split -1", lambda p, n: l4._bos_share_by_part(p, n, split=-1), "inclusive"),
-    ("bos_share_by_part", "split +1", lambda p, n: l4._bos_share_by_part(p, n, split=1), "separator"),
-    ("bos_share_by_part", "from <bos>", lambda p, n: l4._bos_share_by_part(p, n, to_key=False), "*from* <bos>"),
-    ("bos_share_by_part", "head mean", lambda p, n: l4._bos_share_by_part(p, n, head_mean=True), "one number per head"),
     ("bos_share_by_part", "transposed", lambda p, n: l4._bos_share_by_part(p, n).T, "expected shape"),
-    ("gate_by_phase", "logits", lambda *a: l5._gate_by_phase(*a, hook="hook_gate_logits"), "gate *logits*"),
-    ("gate_by_phase", "sigmoid twice", lambda *a: l5._gate_by_phase(*a, squash=True), "sigmoid again"),
-    ("gate_by_phase", "query 0 in", lambda *a: l5._gate_by_phase(*a, start=0), "leave out query 0"),
-    ("gate_by_phase", "separator in the random part", lambda *a: l5._gate_by_phase(*a, split=1), "copy part"),
-    ("gate_by_phase", "no d_head average", lambda *a: l5._gate_by_phase(*a, average="none"), "average over d_head"),
-    ("gate_by_phase", "average heads", lambda *a: l5._gate_by_phase(*a, average="heads"), "over the heads"),
     ("gate_by_phase", "a filter that drops the gate",
      lambda m, t, L, n: m.run_with_cache(t, names_filter=lambda x: "pattern" in x)[1][f"blocks.{L}.attn.hook_gate"],
      "names_filter"),
     ("gate_by_phase", "the next layer", lambda m, t, L, n: l5._gate_by_phase(m, t, (L + 1) % m.cfg.n_layers, n),
      "gate_by_phase, case"),
-    ("first_rest_ratio", "upside down", lambda p, s=0: l5._first_rest_ratio(p, s, invert=True), "upside down"),
-    ("first_rest_ratio", "first in rest", lambda p, s=0: l5._first_rest_ratio(p, s, first_in_rest=True),
-     "includes the first token"),
-    ("first_rest_ratio", "per-prompt ratios", lambda p, s=0: l5._first_rest_ratio(p, s, ratio="per_prompt"),
-     "mean of per-prompt ratios"),
-    ("first_rest_ratio", "prompt means", lambda p, s=0: l5._first_rest_ratio(p, s, ratio="prompt_means"), "pool them"),
-    ("first_rest_ratio", "tokens resampled", lambda p, s=0: l5._first_rest_ratio(p, s, unit="token"),
-     "resamples tokens"),
-    ("first_rest_ratio", "seed ignored", lambda p, s=0: l5._first_rest_ratio(p, s, fixed_seed=True), "ignores `seed`"),
     ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "expected 3 outputs"),
-    ("gate_override", "last axis", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, index="last axis"),
-     "indexes the last axis"),
-    ("gate_override", "second axis", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, index="second axis"),
-     "sets a position"),
-    ("gate_override", "every layer", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, every_layer=True),
-     "acts on every layer"),
-    ("gate_override", "no return", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, returns=False),
-     "leaves the model unchanged"),
-    ("gate_override", "logits", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, point="hook_gate_logits"),
-     "gate *logits*"),
-    ("gate_override", "whole layer", lambda m, L, v, h=None: l6._gate_override(m, L, v, h, whole_layer=True),
-     "the whole layer"),
     ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
-    ("forbid_bos", "query 0 included", lambda m, L, h=None: l6._forbid_bos(m, L, h, first_query=0), "0/0 = NaN"),
-    ("forbid_bos", "the row, not the column", lambda m, L, h=None: l6._forbid_bos(m, L, h, axis="query"),
-     "query 0's row"),
-    ("forbid_bos", "no renormalisation", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm=None),
-     "no longer sum to 1"),
-    ("forbid_bos", "pattern[..., 0] = 0 alone",
-     lambda m, L, h=None: l6._forbid_bos(m, L, h, first_query=0, renorm=None), "no longer sum to 1"),
-    ("forbid_bos", "renormalised over queries", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm="query sum"),
-     "not over the queries"),
-    ("forbid_bos", "a second softmax", lambda m, L, h=None: l6._forbid_bos(m, L, h, renorm="softmax"),
-     "already a softmax"),
-    ("forbid_bos", "every head", lambda m, L, h=None: l6._forbid_bos(m, L, h, all_heads=True), "that head only"),
-    ("forbid_bos", "every layer", lambda m, L, h=None: l6._forbid_bos(m, L, h, every_layer=True),
-     "act on every layer"),
-    ("forbid_bos", "no return", lambda m, L, h=None: l6._forbid_bos(m, L, h, returns=False),
-     "leaves the model unchanged"),
     ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
     ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],
      "list of (hook name, hook function) pairs"),
-    ("first_token_excess", "no subtraction", lambda p: l7._first_token_excess(p, subtract=False),
-     "subtract what uniform causal attention gives"),
-    ("first_token_excess", "uniform minus share", lambda p: l7._first_token_excess(p, order="uniform - share"),
-     "not uniform minus share"),
-    ("first_token_excess", "from token 0", lambda p: l7._first_token_excess(p, to_key=False), "*to* key 0"),
     ("first_token_excess", "from token 0, with the package's uniform share",
      lambda p: p[..., 0, :].mean((0, 2)) - uniform_first_token_share(p.shape[-2]), "*to* key 0"),
-    ("first_token_excess", "averaged over heads too", lambda p: l7._first_token_excess(p, head_mean=True),
-     "one number per head"),
-    ("first_token_excess", "averaged over heads, kept per head",
-     lambda p: l7._first_token_excess(p, head_mean=True).expand(p.shape[1]), "each head's own number"),
-    ("first_token_excess", "uniform over all keys, 1/T", lambda p: l7._first_token_excess(p, uniform="1/T"),
-     "not 1/T"),
-    ("first_token_excess", "uniform 1/i", lambda p: l7._first_token_excess(p, uniform="1/i"), "not 1/i"),
     ("first_token_excess", "1/i from query 0: infinite",
      lambda p: p[..., 0].mean((0, 2)) - (1 / torch.arange(p.shape[-2])).mean(), "your output is infinite"),
     ("first_token_excess", "1/i in a Python loop from query 0",
      lambda p: p[..., 0].mean((0, 2)) - sum(1 / i for i in range(p.shape[-2])) / p.shape[-2], "1/(0 + 1) = 1"),
-    ("first_token_excess", "uniform summed", lambda p: l7._first_token_excess(p, reduce="sum"), "do not sum it"),
-    ("first_token_excess", "query 0 left out of both",
-     lambda p: l7._first_token_excess(p, share_from=1, uniform_from=1), "query 0 included"),
-    ("first_token_excess", "uniform over queries 1..", lambda p: l7._first_token_excess(p, uniform_from=1),
-     "the same queries as the head's share"),
-    ("first_token_excess", "share over queries 1..", lambda p: l7._first_token_excess(p, share_from=1),
-     "the same queries as the uniform share"),
     ("first_token_excess", "(head, query): not averaged over queries",
      lambda p: p[..., 0].mean(0) - uniform_first_token_share(p.shape[-2]), "expected shape"),
-    ("loss_spikes", "0-based", lambda *a: l8._loss_spikes(*a, one_based=False), "1-based"),
-    ("loss_spikes", "own loss included", lambda *a: l8._loss_spikes(*a, include_self=True), "*before* the step"),
-    ("loss_spikes", "partial windows", lambda *a: l8._loss_spikes(*a, partial=True), "no step is judged before"),
-    ("loss_spikes", "every earlier loss", lambda *a: l8._loss_spikes(*a, all_previous=True), "last `window`"),
-    ("loss_spikes", "window - 1 losses", lambda x, f, w: l8._loss_spikes(x, f, w, span=w - 1), "not window - 1"),
     ("loss_spikes", "window - 1 losses, judged from window",
      lambda x, f, w: [s for s in l8._loss_spikes(x, f, w, span=w - 1) if s > w], "not window - 1"),
-    ("loss_spikes", "window + 1 losses", lambda x, f, w: l8._loss_spikes(x, f, w, span=w + 1), "not window + 1"),
     ("loss_spikes", "a True/False mask", lambda x, f, w: [s in ref["loss_spikes"](x, f, w)
                                                           for s in range(1, len(x) + 1)], "not a True/False"),
     ("loss_spikes", "a set", lambda x, f, w: set(ref["loss_spikes"](x, f, w)), "not a set"),
     ("loss_spikes", ">= instead of >, and one too many", lambda x, f, w: ref["loss_spikes"](x, f, w) + [len(x)],
      "flagged but not spikes"),
-    ("qwen3_next_q_proj", "unchanged", lambda *a: l8._qwen3_next_q_proj(*a, target="unchanged"),
-     "need reordering"),
-    ("qwen3_next_q_proj", "gate first", lambda *a: l8._qwen3_next_q_proj(*a, gate_first=True), "query first"),
-    ("qwen3_next_q_proj", "source all queries first",
-     lambda *a: l8._qwen3_next_q_proj(*a, source="all queries first"), "not [all queries | all gates]"),
-    ("qwen3_next_q_proj", "target all queries first",
-     lambda *a: l8._qwen3_next_q_proj(*a, target="all queries first"), "not after all queries"),
-    ("qwen3_next_q_proj", "(g kv)", lambda *a: l8._qwen3_next_q_proj(*a, group="(g kv)"), "dealt out"),
-    ("qwen3_next_q_proj", "(d g)", lambda *a: l8._qwen3_next_q_proj(*a, inner="d g"), "not '(d g)'"),
 ]
+TYPICAL_MISTAKES = [(name, label, wrong, hint) for name, mistakes in checks.MISTAKES.items()
+                    for label, wrong, hint in mistakes]  # each check's own, each with its targeted hint
+MUTATIONS = TYPICAL_MISTAKES + OTHER_WRONG_ANSWERS
 
 
 def test_the_table_has_five_wrong_answers_per_exercise():
     counts = {name: sum(m[0] == name for m in MUTATIONS) for name in checks.EXERCISES}
     assert all(n >= 5 for n in counts.values()), counts
     assert {m[0] for m in MUTATIONS} == set(checks.EXERCISES)
+    assert set(checks.MISTAKES) == set(checks.EXERCISES)  # every check has typical mistakes of its own
+    labels = [(m[0], m[1]) for m in MUTATIONS]
+    assert len(labels) == len(set(labels)), "two wrong answers of one exercise share a label"
 
 
-@pytest.mark.parametrize("name, label, wrong, hint", MUTATIONS, ids=[f"{m[0]}: {m[1]}" for m in MUTATIONS])
-def test_every_wrong_answer_fails_with_its_hint(name, label, wrong, hint, capsys):
+def _fails_in_one_line(name, wrong, capsys) -> str:
     with pytest.raises(AssertionError) as info:  # an AssertionError: nothing else escapes the check
         getattr(checks, name)(wrong)
     out = capsys.readouterr().out
     assert out.startswith(f"✗ {name}, case ") and out.count("\n") == 1, out
     assert str(info.value) in out
+    return out
+
+
+@pytest.mark.parametrize("name, label, wrong, hint", TYPICAL_MISTAKES,
+                         ids=[f"{m[0]}: {m[1]}" for m in TYPICAL_MISTAKES])
+def test_every_typical_mistake_fails_with_its_own_hint(name, label, wrong, hint, capsys):
+    """A learner's function that makes the mistake fails its check with that mistake's hint, nothing else."""
+    out = _fails_in_one_line(name, wrong, capsys)
+    assert out.endswith(f": {hint}\n"), out
+
+
+@pytest.mark.parametrize("name, label, wrong, hint", OTHER_WRONG_ANSWERS,
+                         ids=[f"{m[0]}: {m[1]}" for m in OTHER_WRONG_ANSWERS])
+def test_every_other_wrong_answer_fails_with_its_hint(name, label, wrong, hint, capsys):
+    out = _fails_in_one_line(name, wrong, capsys)
     if hint is not None:
         assert hint in out, out
 

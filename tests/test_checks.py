@@ -1,17 +1,14 @@
-"""The checks: the reference passes, each typical mistake fails with its own hint, a stub falls back."""
+"""The checks: the reference passes, a stub falls back, an unrecognised wrong answer gets the generic hint, and the
+references agree with the package. That each typical mistake fails with its own hint is
+tests/test_check_mutations.py's, for every check."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
 from minigate import ModelConfig, Transformer
 from minigate.course import checks
-from minigate.course.checks.lesson01 import _attention
-from minigate.course.checks.lesson02 import _split
-from minigate.course.checks.lesson04 import _f_attn_m_act
-from minigate.course.checks.lesson07 import _first_token_excess
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
 
@@ -25,48 +22,12 @@ REFERENCES = {
 }
 
 
-def _mistakes():
-    """(check, wrong function, expected hint fragment) for every typical mistake of every check."""
-    a, f, e = _attention, _f_attn_m_act, _first_token_excess
-    return [
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, softmax_dim=-2), "softmax over the wrong axis"),
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, diagonal=-1), "tril(), not tril(-1)"),
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, diagonal=1), "not key i + 1"),
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, scale=False), "scale missing"),
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, causal=False), "no causal mask"),
-        (checks.causal_attention, lambda q, k, v: a(q, k, v, kv_order="(g kv)"), "GQA heads mismatched"),
-        (checks.g1_gate, lambda z, g: z * (g[..., None] if g.dim() == 3 else g), "not the logits"),
-        (checks.g1_gate, lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g), "(b, t, h, 1)"),
-        (checks.g1_gate, lambda z, g: z * F.silu(g[..., None] if g.dim() == 3 else g), "not SiLU"),
-        (checks.g1_gate, lambda z, g: z * torch.sigmoid(-(g[..., None] if g.dim() == 3 else g)), "sign flipped"),
-        (checks.gated_output, lambda z, g, w: z.flatten(2) @ w.T, "the gate is missing"),
-        (checks.gated_output, lambda z, g, w: (z.flatten(2) @ w.T) * torch.sigmoid(g.flatten(2)), "after o_proj"),
-        (checks.split_q_proj, lambda *x: _split(*x, layout="per head"), "not per query head"),
-        (checks.split_q_proj, lambda *x: _split(*x, layout="all queries first"), "not all at the end"),
-        (checks.f_attn_m_act, lambda c, n: f(c, n, first_query=1), "query 0 included"),
-        (checks.f_attn_m_act, lambda c, n: f(c, n, key_axis=False), "*to* key 0"),
-        (checks.f_attn_m_act, lambda c, n: f(c, n, layer_stat="max"), "not the maximum over layers"),
-        (checks.f_attn_m_act, lambda c, n: f(c, n, absolute=False), "absolute values"),
-        (checks.first_token_excess, lambda p: e(p, uniform="1/T"), "not 1/T"),
-        (checks.first_token_excess, lambda p: e(p, to_key=False), "*to* key 0"),
-        (checks.first_token_excess, lambda p: e(p, subtract=False), "subtract what uniform causal attention gives"),
-    ]
-
-
 @pytest.mark.parametrize("check", REFERENCES, ids=lambda c: c.__name__)
 def test_reference_passes_and_is_returned(check, capsys):
     ref = REFERENCES[check]
     assert check(ref) is ref
     out = capsys.readouterr().out
     assert checks.PASSED_RE.fullmatch(out.strip()) and out.startswith(f"✓ {check.__name__}: passed ("), out
-
-
-@pytest.mark.parametrize("check, wrong, hint", _mistakes(), ids=lambda x: getattr(x, "__name__", None))
-def test_each_typical_mistake_fails_with_its_own_hint(check, wrong, hint, capsys):
-    with pytest.raises(AssertionError, match="✗"):
-        check(wrong)
-    out = capsys.readouterr().out
-    assert hint in out and out.count("\n") == 1, out  # one line: the targeted hint, nothing generic
 
 
 @pytest.mark.parametrize("check", REFERENCES, ids=lambda c: c.__name__)

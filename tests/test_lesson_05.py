@@ -1,6 +1,6 @@
-"""Lesson 05's checks, gate_by_phase and first_rest_ratio: the reference passes, each typical mistake earns its
-hint, a stub falls back to the reference, and the references agree with the package's gates.gate_scores and
-GateScores.first_vs_rest(ci=True) on a shipped model."""
+"""Lesson 05's checks, gate_by_phase and first_rest_ratio: the reference passes, a stub falls back to the reference,
+and the references agree with the package's gates.gate_scores and GateScores.first_vs_rest(ci=True) on a shipped
+model. That each typical mistake earns its hint is tests/test_check_mutations.py's, for every check."""
 
 import pytest
 import torch
@@ -9,8 +9,6 @@ import minigate
 from minigate.course import checks
 from minigate.data import copy_task
 from minigate.gates import gate_scores
-
-G, F = checks._gate_by_phase, checks._first_rest_ratio
 
 
 def test_gate_by_phase_reference_passes_and_is_returned(capsys):
@@ -27,21 +25,6 @@ def test_gate_by_phase_an_answer_with_run_with_hooks_passes(capsys):
         g = seen["g"] if seen["g"].dim() == 3 else seen["g"].mean(-1)  # (batch, pos, head)
         return torch.stack([g[:, 1:n_random + 1].mean((0, 1)), g[:, n_random + 1:].mean((0, 1))])
     assert checks.gate_by_phase(fn) is fn
-
-
-@pytest.mark.parametrize("kw, hint", [
-    (dict(hook="hook_gate_logits"), "gate *logits*"),
-    (dict(squash=True), "sigmoid again"),
-    (dict(start=0), "leave out query 0"),
-    (dict(split=1), "belongs to the copy part"),
-    (dict(average="none"), "average over d_head"),
-    (dict(average="heads"), "over the heads"),
-])
-def test_gate_by_phase_each_mistake_gets_its_hint(kw, hint, capsys):
-    with pytest.raises(AssertionError):
-        checks.gate_by_phase(lambda *a: G(*a, **kw))
-    out = capsys.readouterr().out
-    assert hint in out and out.startswith("✗ gate_by_phase"), out
 
 
 def test_gate_by_phase_stub_falls_back_to_the_reference(capsys):
@@ -71,21 +54,6 @@ def test_gate_by_phase_copy_headwise_switches_by_phase():
 def test_first_rest_ratio_reference_passes_and_is_returned(capsys):
     assert checks.first_rest_ratio(checks.reference_first_rest_ratio) is checks.reference_first_rest_ratio
     assert "✓ first_rest_ratio: passed (3 cases)" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("kw, hint", [
-    (dict(invert=True), "upside down"),
-    (dict(first_in_rest=True), "includes the first token"),
-    (dict(ratio="per_prompt"), "mean of per-prompt ratios"),
-    (dict(ratio="prompt_means"), "weights every prompt equally"),
-    (dict(unit="token"), "resample whole prompts"),
-    (dict(fixed_seed=True), "ignores `seed`"),
-])
-def test_first_rest_ratio_each_mistake_gets_its_hint(kw, hint, capsys):
-    with pytest.raises(AssertionError):
-        checks.first_rest_ratio(lambda per_prompt, seed=0: F(per_prompt, seed, **kw))
-    out = capsys.readouterr().out
-    assert hint in out and out.startswith("✗ first_rest_ratio"), out
 
 
 def test_first_rest_ratio_stub_falls_back_to_the_reference(capsys):

@@ -1,16 +1,14 @@
-"""Lesson 07's check, first_token_excess: the reference passes, each typical mistake earns its own hint, a stub falls
-back to the reference; and the reference agrees with the package's F-Attn above uniform (attention_sink's per-head
-shares minus uniform_first_token_share) on a real model."""
+"""Lesson 07's check, first_token_excess: the reference passes, its typical mistakes differ from it and from each other,
+a stub falls back to the reference; and the reference agrees with the package's F-Attn above uniform (attention_sink's
+per-head shares minus uniform_first_token_share) on a real model. That each typical mistake earns its own hint is
+tests/test_check_mutations.py's, for every check."""
 
-import pytest
 import torch
 
 import minigate
 from minigate.analysis import attention_sink, uniform_first_token_share
 from minigate.course import checks
 from minigate.course.checks import lesson07 as l7
-
-E = l7._first_token_excess
 
 
 def test_reference_passes_and_is_returned(capsys):
@@ -19,34 +17,12 @@ def test_reference_passes_and_is_returned(capsys):
     assert "✓ first_token_excess: passed (3 cases)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("kw, hint", [
-    (dict(subtract=False), "subtract what uniform causal attention gives"),
-    (dict(order="uniform - share"), "not uniform minus share"),
-    (dict(to_key=False), "*to* key 0"),
-    (dict(head_mean=True), "one number per head"),
-    (dict(head_mean="expand"), "each head's own number"),
-    (dict(uniform="1/T"), "not 1/T"),
-    (dict(uniform="1/i"), "not 1/i"),
-    (dict(reduce="sum"), "do not sum it"),
-    (dict(share_from=1, uniform_from=1), "query 0 included"),
-    (dict(uniform_from=1), "the same queries as the head's share"),
-    (dict(share_from=1), "the same queries as the uniform share"),
-])
-def test_each_mistake_gets_its_own_hint(kw, hint, capsys):
-    with pytest.raises(AssertionError):
-        checks.first_token_excess(lambda p: E(p, **kw))
-    out = capsys.readouterr().out
-    assert hint in out and out.count("\n") == 1, out
-
-
 def test_the_mistakes_differ_from_the_reference_and_from_each_other_on_some_case():
     """Every switch changes the answer, and no two switches give the same answer on every case (else the earlier
     hint would hide the later one)."""
-    switches = [dict(subtract=False), dict(order="uniform - share"), dict(to_key=False), dict(head_mean=True),
-                dict(head_mean="expand"), dict(uniform="1/T"), dict(uniform="1/i"), dict(reduce="sum"),
-                dict(share_from=1, uniform_from=1), dict(uniform_from=1), dict(share_from=1)]
+    wrongs = [wrong for _, wrong, _ in l7.MISTAKES["first_token_excess"]]
     patterns = [l7._causal_patterns(0, 2, 3, 9, 2, 1), l7._causal_patterns(1, 4, 5, 12, 0, 3)]
-    answers = [[E(p, **kw) for p in patterns] for kw in [{}, *switches]]
+    answers = [[f(p) for p in patterns] for f in [checks.reference_first_token_excess, *wrongs]]
     same = lambda a, b: all(x.shape == y.shape and torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b, strict=True))
     for i in range(len(answers)):
         for j in range(i):

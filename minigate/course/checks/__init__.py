@@ -1,10 +1,11 @@
 """Graded checks with hints for the course's exercises: `my_fn = checks.<exercise>(my_fn)`.
 
 engine.py holds check() (its docstring says what a check prints, returns and raises) and grading mode;
-lessonNN.py holds lesson NN's exercises (its EXERCISES), each with its reference and its typical mistakes (the private
-`_name` functions with switches, which the tests import from the lesson's module); grade.py scores learners'
+lessonNN.py holds lesson NN's exercises (its EXERCISES), each with its reference and its typical mistakes (its
+MISTAKES: exercise -> [(label, a learner's function that makes the mistake, the hint it earns)], mostly switches of
+private `_name` functions, which are not exported: import them from `checks.lessonNN`); grade.py scores learners'
 notebooks (`python -m minigate.course grade`). Every exercise and its reference are exported here under their own
-names; LESSONS maps a lesson ("01") to its exercises."""
+names; LESSONS maps a lesson ("01") to its exercises, MISTAKES an exercise to its typical mistakes."""
 
 from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
 from .engine import (GRADING_ENV, NOT_ATTEMPTED_RE, PASSED_RE, Mismatch, check, grading, not_attempted_message,
@@ -23,10 +24,11 @@ from .lesson08 import loss_spikes, qwen3_next_q_proj, reference_loss_spikes, ref
 _MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
 LESSONS = {m.__name__[-2:]: m.EXERCISES for m in _MODULES}  # "01" -> ("causal_attention", "attention_with_null")
 EXERCISES = tuple(name for names in LESSONS.values() for name in names)
+MISTAKES = {name: mistakes for m in _MODULES for name, mistakes in m.MISTAKES.items()}
 
 __all__ = [
-    "EXERCISES", "GRADING_ENV", "LESSONS", "NOT_ATTEMPTED_RE", "PASSED_RE", "Mismatch", "check", "grading",
-    "not_attempted_message", "not_implemented_notice",
+    "EXERCISES", "GRADING_ENV", "LESSONS", "MISTAKES", "NOT_ATTEMPTED_RE", "PASSED_RE", "Mismatch", "check",
+    "grading", "not_attempted_message", "not_implemented_notice",
     "causal_attention", "attention_with_null", "g1_gate", "gated_output", "head_output_by_part", "split_q_proj",
     "sink_onset", "locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part",
     "gate_by_phase",
@@ -41,13 +43,3 @@ __all__ = [
     "reference_qwen3_next_q_proj", "reference_gate_by_phase", "reference_sink_onset",
     "reference_split_q_proj",
 ]
-
-
-def __getattr__(name: str):
-    """`checks._name` still finds a lesson's private mistake switch (tests/test_lesson_NN.py read them so); they are
-    not exported (not in __all__, not imported here): new code imports them from `checks.lessonNN`."""
-    if name.startswith("_") and not name.startswith("__"):
-        for module in _MODULES:
-            if hasattr(module, name):
-                return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ NBGRADER_ENV = "NBGRADER_EXECUTION"  # "autograde" or "validate" while nbgrader 
 NONE_HINT = "your function returned None: did you forget `return`?"
 
 Case = tuple[str, tuple]  # (label shown in messages, positional arguments)
-Mistake = tuple[Callable, str]  # (a wrong variant with the reference's signature, the hint it earns)
+Mistake = tuple[str, Callable, str]  # (a label, a learner's function that makes the mistake, the hint it earns)
 RaiseHint = tuple[str, str]  # (regex searched in "ExceptionType: message" of the learner's exception, hint)
 
 
@@ -222,15 +222,22 @@ def _last_line(e: BaseException) -> str:
 def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequence[Case],
           mistakes: Sequence[Mistake] = (), atol: float = 1e-5, rtol: float = 1e-4, *,
           raises: Sequence[RaiseHint] = (), index_label: Callable | None = None,
-          explain: Callable | None = None) -> Callable:
+          explain: Callable | None = None, wrap: Callable | None = None) -> Callable:
     """Compare learner_fn with reference_fn on every case; see the module docstring for what it returns.
-    raises: hints for exceptions the learner's function raises; index_label(index tuple) -> "step 81" names an
-    element in the generic hint; explain(got, want) -> a hint or None, tried before the generic hints."""
+    mistakes: the exercise's typical mistakes (its lesson module's MISTAKES[name]), each a function with the learner's
+    signature; raises: hints for exceptions the learner's function raises; index_label(index tuple) -> "step 81"
+    names an element in the generic hint; explain(got, want) -> a hint or None, tried before the generic hints;
+    wrap(f) -> the function of a case's arguments whose outputs are compared, for an exercise whose answer must be
+    run or read first (it may raise Mismatch): applied alike to the learner's function, the reference and each
+    mistake, while the check still returns the learner's function or the reference itself."""
     tol = (atol, rtol)
+    run = wrap or (lambda f: f)
+    learner, reference = run(learner_fn), run(reference_fn)
+    wrongs = [(run(wrong), hint) for _, wrong, hint in mistakes]
     clone = lambda args: tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
     for label, args in cases:
         try:
-            got = learner_fn(*clone(args))
+            got = learner(*clone(args))
         except NotImplementedError as e:
             if grading():
                 _fail(not_attempted_message(name), e)
@@ -241,13 +248,13 @@ def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequen
         except Exception as e:  # the learner's own exception: a failed case, chained
             raised = _last_line(e)
             hint = next((h for pattern, h in raises if re.search(pattern, raised)), None)
-            _fail(f"✗ {name}, case {label}: your function raised {raised} (inputs: {_inputs(args, reference_fn)})"
+            _fail(f"✗ {name}, case {label}: your function raised {raised} (inputs: {_inputs(args, reference)})"
                   + (f"; {hint}" if hint else ""), e)
-        want = as_tree(reference_fn(*clone(args)))
+        want = as_tree(reference(*clone(args)))
         got = as_tree(got)
         if _close(got, want, tol):
             continue
-        hint = next((h for wrong, h in mistakes if _matches(got, wrong, clone(args), tol)), None)
+        hint = next((h for wrong, h in wrongs if _matches(got, wrong, clone(args), tol)), None)
         hint = hint or (explain(got, want) if explain else None) or _structure_hint(got, want) \
             or _generic_hint(got, want, tol, index_label)
         _fail(f"✗ {name}, case {label}: {hint}")

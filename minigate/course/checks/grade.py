@@ -32,7 +32,6 @@ from . import LESSONS
 from .engine import GRADING_ENV, NOT_ATTEMPTED_RE, PASSED_RE
 
 CHECK_CELL_RE = re.compile(r"^\s*\w+\s*=\s*checks\.(\w+)\(", re.M)
-STATUSES = ("passed", "failed", "not attempted")
 LESSON_FILE_RE = re.compile(r"(?<![0-9])([0-9]{2})_[A-Za-z]")  # 04_sinks_....ipynb, Copy of 04_sinks_....ipynb
 LESSON_DIR_RE = re.compile(r"^lesson([0-9]{2})$")  # nbgrader's submitted/<student>/lesson04/
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from einops import einsum, repeat
 
-from .engine import check, randn
+from .engine import Mistake, check, randn
 
 EXERCISES = ("causal_attention", "attention_with_null")  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── causal multi-head attention with GQA ─────────────────────────────────────────────────────────────
 
@@ -35,32 +37,34 @@ def _attention(q, k, v, *, scale=True, diagonal=0, softmax_dim=-1, causal=True, 
     return einsum(torch.softmax(scores, dim=softmax_dim), v, "b h i j, b h j d -> b h i d")
 
 
+MISTAKES["causal_attention"] = [
+    ("softmax over queries", partial(_attention, softmax_dim=-2),
+     "softmax over the wrong axis: normalise over keys (the last axis of the (query, key) scores)"),
+    ("tril(-1)", partial(_attention, diagonal=-1),
+     "the mask is off by one: a query must see itself (tril(), not tril(-1)); query 0 sees only key 0"),
+    ("tril(1)", partial(_attention, diagonal=1), "the mask is off by one: query i may see keys 0..i, not key i + 1"),
+    ("no scale", partial(_attention, scale=False), "scale missing: divide the scores by sqrt(head_dim)"),
+    ("scaled by d", partial(_attention, scale="d"),
+     "scaled by head_dim: divide the scores by sqrt(head_dim), not head_dim"),
+    ("no mask", partial(_attention, causal=False),
+     "no causal mask: query i must not see keys after i (mask them with -inf before the softmax)"),
+    ("(g kv)", partial(_attention, kv_order="(g kv)"),
+     "GQA heads mismatched: query head h reads kv head h // group (repeat each kv head, don't tile them: "
+     "'(kv g)', not '(g kv)')"),
+]
+
+
 def causal_attention(fn: Callable) -> Callable:
     """fn(q (b, h, t, d), k (b, kv, t, d), v (b, kv, t, d)) -> (b, h, t, d), checked against PyTorch's SDPA."""
     shapes = [(2, 4, 2, 6, 8), (1, 3, 3, 5, 4), (1, 6, 1, 4, 16), (1, 6, 3, 5, 4)]  # GQA, MHA, MQA, GQA of 2
     cases = [(f"b={b} h={h} kv={kv} t={t} d={d}", (randn(b, h, t, d, seed=3 * i), randn(b, kv, t, d, seed=3 * i + 1),
                                                    randn(b, kv, t, d, seed=3 * i + 2)))
              for i, (b, h, kv, t, d) in enumerate(shapes)]
-    mistakes = [
-        (lambda q, k, v: _attention(q, k, v, softmax_dim=-2),
-         "softmax over the wrong axis: normalise over keys (the last axis of the (query, key) scores)"),
-        (lambda q, k, v: _attention(q, k, v, diagonal=-1),
-         "the mask is off by one: a query must see itself (tril(), not tril(-1)); query 0 sees only key 0"),
-        (lambda q, k, v: _attention(q, k, v, diagonal=1),
-         "the mask is off by one: query i may see keys 0..i, not key i + 1"),
-        (lambda q, k, v: _attention(q, k, v, scale=False), "scale missing: divide the scores by sqrt(head_dim)"),
-        (lambda q, k, v: _attention(q, k, v, scale="d"),
-         "scaled by head_dim: divide the scores by sqrt(head_dim), not head_dim"),
-        (lambda q, k, v: _attention(q, k, v, causal=False),
-         "no causal mask: query i must not see keys after i (mask them with -inf before the softmax)"),
-        (lambda q, k, v: _attention(q, k, v, kv_order="(g kv)"),
-         "GQA heads mismatched: query head h reads kv head h // group (repeat each kv head, don't tile them: "
-         "'(kv g)', not '(g kv)')"),
-    ]
     raises = [(r"size of tensor|shape|must match",
                "k and v have n_kv_heads heads: repeat each kv head h // kv times on the head axis first, "
                "repeat(k, 'b kv t d -> b (kv g) t d', g=h // kv)")]
-    return check("causal_attention", fn, reference_causal_attention, cases, mistakes, raises=raises)
+    return check("causal_attention", fn, reference_causal_attention, cases, MISTAKES["causal_attention"],
+                 raises=raises)
 
 
 # ── a head with nothing to attend to: attention with a null key ──────────────────────────────────────
@@ -90,6 +94,22 @@ def _null_attention(scores, v, null_logit, *, null="logit", stable=True, prepend
     return real @ v, w[..., 0]
 
 
+MISTAKES["attention_with_null"] = [
+    ("no null key", partial(_null_attention, null="none"),
+     "the null key is missing: append null_logit as one more score column and take ONE softmax over the "
+     "k + 1 columns, so the real keys' weights can add up to less than 1"),
+    ("null logit 0", partial(_null_attention, null="zero"),
+     "the null key's score is null_logit (one per head), not 0: softmax-off-by-one is the special case "
+     "null_logit = 0"),
+    ("exp overflows", partial(_null_attention, stable=False),
+     "exp overflows for large scores (float32 exp(89) = inf -> NaN): subtract each row's max first, "
+     "or let torch.softmax do it on the concatenated scores"),
+    ("misaligned", partial(_null_attention, prepend_misaligned=True),
+     "the weights are shifted by one key: with the null column first, the real keys are columns 1..k "
+     "(with it last, columns 0..k-1)"),
+]
+
+
 def attention_with_null(fn: Callable) -> Callable:
     """fn(scores (b, h, q, k), v (b, h, k, d), null_logit (h,)) -> (out (b, h, q, d), null_weight (b, h, q))."""
     def case(seed, b, h, t, d, scale, null_logit, blind_row=None):
@@ -102,19 +122,6 @@ def attention_with_null(fn: Callable) -> Callable:
     cases = [("b=2 h=3 q=k=5 d=4", case(0, 2, 3, 5, 4, 1.0, [0.5, -1.0, 2.0])),
              ("scores up to ~100 (exp overflows in float32)", case(1, 1, 2, 6, 3, 50.0, [1.0, 60.0])),
              ("query 2 may see no key", case(2, 1, 2, 4, 3, 1.0, [0.0, 3.0], blind_row=2))]
-    mistakes = [
-        (lambda s, v, n: _null_attention(s, v, n, null="none"),
-         "the null key is missing: append null_logit as one more score column and take ONE softmax over the "
-         "k + 1 columns, so the real keys' weights can add up to less than 1"),
-        (lambda s, v, n: _null_attention(s, v, n, null="zero"),
-         "the null key's score is null_logit (one per head), not 0: softmax-off-by-one is the special case "
-         "null_logit = 0"),
-        (lambda s, v, n: _null_attention(s, v, n, stable=False),
-         "exp overflows for large scores (float32 exp(89) = inf -> NaN): subtract each row's max first, "
-         "or let torch.softmax do it on the concatenated scores"),
-        (lambda s, v, n: _null_attention(s, v, n, prepend_misaligned=True),
-         "the weights are shifted by one key: with the null column first, the real keys are columns 1..k "
-         "(with it last, columns 0..k-1)"),
-    ]
-    return check("attention_with_null", fn, reference_attention_with_null, cases, mistakes, atol=1e-6, rtol=1e-5)
+    return check("attention_with_null", fn, reference_attention_with_null, cases, MISTAKES["attention_with_null"],
+                 atol=1e-6, rtol=1e-5)
 

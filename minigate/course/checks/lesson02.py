@@ -4,14 +4,16 @@ gate hides in q_proj."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from .engine import check, randn
+from .engine import Mistake, check, randn
 
 EXERCISES = ("g1_gate", "gated_output", "head_output_by_part", "split_q_proj")  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── the G1 gate and the gated output projection ──────────────────────────────────────────────────────
 
@@ -28,26 +30,28 @@ def _per_head(g):
     return g[..., None] if g.dim() == 3 else g
 
 
+MISTAKES["g1_gate"] = [
+    ("logits", lambda z, g: z * _per_head(g), "the gate is sigmoid(logits), not the logits"),
+    ("silu", lambda z, g: z * F.silu(_per_head(g)), "G1 uses a sigmoid, not SiLU"),
+    ("sign", lambda z, g: z * torch.sigmoid(-_per_head(g)), "sign flipped: sigmoid(logits)"),
+    ("headwise on the last axis", lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g),
+     "a headwise gate (b, t, h) must become (b, t, h, 1): one scalar per head, broadcast over d"),
+    ("sigmoid of the product", lambda z, g: torch.sigmoid(z * _per_head(g)),
+     "the sigmoid goes on the gate logits only: z * sigmoid(gate_logits)"),
+    ("added", lambda z, g: z + torch.sigmoid(_per_head(g)), "the gate multiplies z: z * sigmoid(gate_logits), not +"),
+]
+
+
 def g1_gate(fn: Callable) -> Callable:
     """fn(z (b, t, h, d), gate_logits (b, t, h) or (b, t, h, d)) -> the sigmoid-gated z (b, t, h, d)."""
     cases = [("headwise h=4 d=4", (randn(2, 3, 4, 4, seed=0), randn(2, 3, 4, seed=1))),
              ("headwise h=2 d=8", (randn(1, 5, 2, 8, seed=2), randn(1, 5, 2, seed=3))),
              ("elementwise h=4 d=4", (randn(2, 3, 4, 4, seed=4), randn(2, 3, 4, 4, seed=5))),
              ("elementwise h=3 d=2", (randn(1, 4, 3, 2, seed=6), randn(1, 4, 3, 2, seed=7)))]
-    mistakes = [
-        (lambda z, g: z * _per_head(g), "the gate is sigmoid(logits), not the logits"),
-        (lambda z, g: z * F.silu(_per_head(g)), "G1 uses a sigmoid, not SiLU"),
-        (lambda z, g: z * torch.sigmoid(-_per_head(g)), "sign flipped: sigmoid(logits)"),
-        (lambda z, g: z * torch.sigmoid(g[:, :, None, :] if g.dim() == 3 else g),
-         "a headwise gate (b, t, h) must become (b, t, h, 1): one scalar per head, broadcast over d"),
-        (lambda z, g: torch.sigmoid(z * _per_head(g)),
-         "the sigmoid goes on the gate logits only: z * sigmoid(gate_logits)"),
-        (lambda z, g: z + torch.sigmoid(_per_head(g)), "the gate multiplies z: z * sigmoid(gate_logits), not +"),
-    ]
     raises = [(r"size of tensor|shape|broadcast",
                "a headwise gate (b, t, h) must become (b, t, h, 1) to broadcast over d: "
                "rearrange(gate_logits, 'b t h -> b t h 1')")]
-    return check("g1_gate", fn, reference_g1_gate, cases, mistakes, raises=raises)
+    return check("g1_gate", fn, reference_g1_gate, cases, MISTAKES["g1_gate"], raises=raises)
 
 
 def reference_gated_output(z, gate_logits, w_o):
@@ -55,24 +59,31 @@ def reference_gated_output(z, gate_logits, w_o):
     return rearrange(z * torch.sigmoid(gate_logits), "b t h d -> b t (h d)") @ w_o.T
 
 
+def _flat(x):
+    return rearrange(x, "b t h d -> b t (h d)")
+
+
+MISTAKES["gated_output"] = [
+    ("G5", lambda z, g, w: (_flat(z) @ w.T) * torch.sigmoid(_flat(g)),
+     "the gate is applied after o_proj (that is G5, the paper's weakest position): gate z, then project"),
+    ("no gate", lambda z, g, w: _flat(z) @ w.T, "the gate is missing: multiply z by sigmoid(gate_logits) first"),
+    ("w_o not transposed", lambda z, g, w: _flat(z * torch.sigmoid(g)) @ w,
+     "w_o is stored as nn.Linear stores it, (d_model, h * d): project with ... @ w_o.T"),
+    ("(d h)", lambda z, g, w: rearrange(z * torch.sigmoid(g), "b t h d -> b t (d h)") @ w.T,
+     "flatten the heads one after the other, '(h d)': o_proj's columns are head 0's d values, then head 1's; "
+     "'(d h)' interleaves them"),
+    ("logits as the gate", lambda z, g, w: _flat(z * g) @ w.T, "the gate is sigmoid(gate_logits), not the logits"),
+]
+
+
 def gated_output(fn: Callable) -> Callable:
     """fn(z (b, t, h, d), gate_logits (b, t, h, d), w_o (d_model, h*d)) -> (b, t, d_model): G1, then o_proj."""
     shapes = [(4, 4, 16), (2, 8, 16), (3, 4, 10)]  # (h, d, d_model): the last has d_model != h * d
     cases = [(f"h={h} d={d} d_model={m}", (randn(2, 3, h, d, seed=i), randn(2, 3, h, d, seed=i + 10),
                                            randn(m, h * d, seed=i + 20) / h)) for i, (h, d, m) in enumerate(shapes)]
-    flat = lambda x: rearrange(x, "b t h d -> b t (h d)")
-    mistakes = [(lambda z, g, w: (flat(z) @ w.T) * torch.sigmoid(flat(g)),
-                 "the gate is applied after o_proj (that is G5, the paper's weakest position): gate z, then project"),
-                (lambda z, g, w: flat(z) @ w.T, "the gate is missing: multiply z by sigmoid(gate_logits) first"),
-                (lambda z, g, w: flat(z * torch.sigmoid(g)) @ w,
-                 "w_o is stored as nn.Linear stores it, (d_model, h * d): project with ... @ w_o.T"),
-                (lambda z, g, w: rearrange(z * torch.sigmoid(g), "b t h d -> b t (d h)") @ w.T,
-                 "flatten the heads one after the other, '(h d)': o_proj's columns are head 0's d values, then head "
-                 "1's; '(d h)' interleaves them"),
-                (lambda z, g, w: flat(z * g) @ w.T, "the gate is sigmoid(gate_logits), not the logits")]
     raises = [(r"cannot be multiplied|size of tensor|shape",
                "w_o is stored as nn.Linear stores it, (d_model, h * d): project with ... @ w_o.T")]
-    return check("gated_output", fn, reference_gated_output, cases, mistakes, raises=raises)
+    return check("gated_output", fn, reference_gated_output, cases, MISTAKES["gated_output"], raises=raises)
 
 
 # ── what a closed gate writes ────────────────────────────────────────────────────────────────────────
@@ -126,27 +137,30 @@ def _copy_model(seed: int, gate: str, granularity: str = "headwise"):
     return model, tokens
 
 
+MISTAKES["head_output_by_part"] = [
+    ("before the gate", partial(_head_output_by_part, point="before gate"),
+     "that is the output *before* the gate (hook_z): in a gated layer o_proj receives hook_z_gated"),
+    ("query 0 included", partial(_head_output_by_part, start=0), QUERY0_HINT),
+    ("separator in the random part", partial(_head_output_by_part, split=1), SEPARATOR_HINT),
+    ("norm of the mean", partial(_head_output_by_part, stat="norm of mean"),
+     "take each output vector's norm, then average: the norm of the mean vector hides outputs that vary"),
+    ("squared norm", partial(_head_output_by_part, stat="squared"),
+     "the L2 norm (vector.norm(dim=-1)), not its square"),
+    ("one number for all heads", partial(_head_output_by_part, stat="head mean"),
+     "keep one number per head: average over rows and queries only"),
+]
+
+
 def head_output_by_part(fn: Callable) -> Callable:
     """fn(model, tokens, layer, n_random) -> (2, head); see reference_head_output_by_part."""
     (m0, t0), (m1, t1), (m2, t2) = _copy_model(0, "G1"), _copy_model(1, "G1", "elementwise"), _copy_model(2, "none")
     cases = [("tiny headwise model, layer 1, 6 random", (m0, t0, 1, 6)),
              ("tiny elementwise model, layer 0, 5 random", (m1, t1, 0, 5)),
              ("tiny baseline, layer 0, 6 random", (m2, t2, 0, 6))]
-    mistakes = [
-        (lambda *a: _head_output_by_part(*a, point="before gate"),
-         "that is the output *before* the gate (hook_z): in a gated layer o_proj receives hook_z_gated"),
-        (lambda *a: _head_output_by_part(*a, start=0), QUERY0_HINT),
-        (lambda *a: _head_output_by_part(*a, split=1), SEPARATOR_HINT),
-        (lambda *a: _head_output_by_part(*a, stat="norm of mean"),
-         "take each output vector's norm, then average: the norm of the mean vector hides outputs that vary"),
-        (lambda *a: _head_output_by_part(*a, stat="squared"),
-         "the L2 norm (vector.norm(dim=-1)), not its square"),
-        (lambda *a: _head_output_by_part(*a, stat="head mean"),
-         "keep one number per head: average over rows and queries only"),
-    ]
     raises = [(r"KeyError", "a gated layer's output after the gate is at blocks.{layer}.attn.hook_z_gated, an ungated "
                             "layer's at hook_z: model.cfg.is_gated(layer) says which")]
-    return check("head_output_by_part", fn, reference_head_output_by_part, cases, mistakes, atol=1e-5, rtol=1e-4,
+    return check("head_output_by_part", fn, reference_head_output_by_part, cases, MISTAKES["head_output_by_part"],
+                 atol=1e-5, rtol=1e-4,
                  raises=raises)
 
 
@@ -177,6 +191,18 @@ def reference_split_q_proj(qg, n_heads, n_kv_heads, head_dim, granularity):
     return _split(qg, n_heads, n_kv_heads, head_dim, granularity)
 
 
+MISTAKES["split_q_proj"] = [
+    ("per head", partial(_split, layout="per head"), "rows are grouped per kv head, not per query head: for each "
+     "kv head, first the queries of its group heads, then those heads' gate rows"),
+    ("all queries first", partial(_split, layout="all queries first"), "the gate rows are not all at the end: "
+     "q_proj's rows come per kv head, [queries of its group | gates of its group], one kv head after the other"),
+    ("(g kv)", partial(_split, group="(g kv)"),
+     "query head h belongs to kv head h // (n_heads // n_kv_heads): merge the heads as '(kv g)', not '(g kv)'"),
+    ("gates first", partial(_split, gates_first=True),
+     "within a kv head's rows the queries come first, then the gates: [queries of its group | their gates]"),
+]
+
+
 def split_q_proj(fn: Callable) -> Callable:
     """fn(qg (b, t, rows), n_heads, n_kv_heads, head_dim, granularity) -> (q (b, h, t, d), gates (b, t, h[, d]))."""
     cases = []
@@ -184,17 +210,8 @@ def split_q_proj(fn: Callable) -> Callable:
                                          (4, 1, 4, "elementwise"), (6, 3, 4, "elementwise")]):
         rows = H * D + H * (1 if gran == "headwise" else D)
         cases.append((f"h={H} kv={K} d={D} {gran}", (randn(2, 3, rows, seed=i), H, K, D, gran)))
-    mistakes = [
-        (lambda *a: _split(*a, layout="per head"), "rows are grouped per kv head, not per query head: for each "
-         "kv head, first the queries of its group heads, then those heads' gate rows"),
-        (lambda *a: _split(*a, layout="all queries first"), "the gate rows are not all at the end: q_proj's rows "
-         "come per kv head, [queries of its group | gates of its group], one kv head after the other"),
-        (lambda *a: _split(*a, group="(g kv)"),
-         "query head h belongs to kv head h // (n_heads // n_kv_heads): merge the heads as '(kv g)', not '(g kv)'"),
-        (lambda *a: _split(*a, gates_first=True),
-         "within a kv head's rows the queries come first, then the gates: [queries of its group | their gates]"),
-    ]
     raises = [(r"split|size|shape",
                "q_proj's rows come per kv head: (n_heads // n_kv_heads) * head_dim query rows, then as many gate "
                "rows per head as the granularity says (1 headwise, head_dim elementwise)")]
-    return check("split_q_proj", fn, reference_split_q_proj, cases, mistakes, atol=0, rtol=0, raises=raises)
+    return check("split_q_proj", fn, reference_split_q_proj, cases, MISTAKES["split_q_proj"], atol=0, rtol=0,
+                 raises=raises)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from .engine import NONE_HINT, Mismatch, check, what
+from .engine import NONE_HINT, Mismatch, Mistake, check, what
 
 EXERCISES = ("sink_onset",)  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── when the sink sets in ────────────────────────────────────────────────────────────────────────────
 
@@ -66,6 +68,22 @@ def _onsets(f: Callable) -> Callable:
     return run
 
 
+MISTAKES["sink_onset"] = [
+    ("first crossing", partial(_sink_onset, stay=False),
+     "that is the first step above the threshold; the onset is the step from which the metric *stays* above it "
+     "to the end (after its last dip below)"),
+    ("index", partial(_sink_onset, out="index"),
+     "that is the position in the list; return the training step, steps[i]"),
+    (">=", partial(_sink_onset, strict=False),
+     "above means strictly greater: a value equal to the threshold is not above it"),
+    ("last step below", partial(_sink_onset, out="last below"),
+     "that is the last step at or below the threshold; the onset is the tracked step after it"),
+    ("step + 1", partial(_sink_onset, out="last below + 1"),
+     "steps are tracked every few hundred steps: the onset is the next *tracked* step, steps[i + 1], "
+     "not steps[i] + 1"),
+]
+
+
 def sink_onset(fn: Callable) -> Callable:
     """fn(steps, values, threshold) -> the onset step or None; see reference_sink_onset."""
     steps = list(range(250, 4001, 250))  # 16 tracked steps, as in the code models' histories
@@ -74,22 +92,7 @@ def sink_onset(fn: Callable) -> Callable:
              ("steps 1, 10, 100, 1000, 5000", ([1, 10, 100, 1000, 5000], [0.5, 0.1, 0.5, 0.75, 0.625],
                                                [0.25, 0.5, 0.05, 0.7])),
              ("a metric that falls", (steps[:6], [0.4, 0.35, 0.3, 0.2, 0.1, 0.05], [0.3, 0.0, 0.01]))]
-    variant = lambda **kw: _onsets(lambda s, v, t: _sink_onset(s, v, t, **kw))
-    mistakes = [
-        (variant(stay=False),
-         "that is the first step above the threshold; the onset is the step from which the metric *stays* above it "
-         "to the end (after its last dip below)"),
-        (variant(out="index"), "that is the position in the list; return the training step, steps[i]"),
-        (variant(strict=False), "above means strictly greater: a value equal to the threshold is not above it"),
-        (variant(out="last below"),
-         "that is the last step at or below the threshold; the onset is the tracked step after it"),
-        (variant(out="last below + 1"),
-         "steps are tracked every few hundred steps: the onset is the next *tracked* step, steps[i + 1], "
-         "not steps[i] + 1"),
-    ]
-    learner = _onsets(fn)
-    result = check("sink_onset", learner, _onsets(reference_sink_onset), cases, mistakes, atol=0, rtol=0,
-                   index_label=lambda idx: f"threshold number {idx[0] + 1}",
-                   raises=[(r"IndexError", "when the metric never ends above the threshold (or is above from the "
-                                           "start), there is no step after the last dip: return None (or steps[0])")])
-    return fn if result is learner else reference_sink_onset
+    return check("sink_onset", fn, reference_sink_onset, cases, MISTAKES["sink_onset"], atol=0, rtol=0, wrap=_onsets,
+                 index_label=lambda idx: f"threshold number {idx[0] + 1}",
+                 raises=[(r"IndexError", "when the metric never ends above the threshold (or is above from the "
+                                         "start), there is no step after the last dip: return None (or steps[0])")])

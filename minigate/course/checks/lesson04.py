@@ -4,13 +4,15 @@ from a cache, and where a head parks its attention, part by part."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from .engine import check, randn
+from .engine import Mistake, check, randn
 from .lesson02 import _copy_parts  # the random part and the copy part of copy-task rows
 
 EXERCISES = ("locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part")  # check cells, in lesson order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── where the massive activation sits ─────────────────────────────────────────────────────
 
@@ -46,6 +48,19 @@ def _resid_cache(seed: int, n_layers: int = 3, batch: int = 2, pos: int = 7, d: 
     return cache
 
 
+MISTAKES["locate_massive"] = [
+    ("signed max", partial(_locate_massive, absolute=False),
+     "take absolute values: a massive activation is often large and negative"),
+    ("position first", partial(_locate_massive, order=(1, 0, 2)),
+     "give each place as (prompt, position, dimension), in that order "
+     "(unravel the flat index over (batch, pos, d_model))"),
+    ("<bos> only", partial(_locate_massive, only_first=True),
+     "search every position, not only <bos>: where it sits is what we want to find out"),
+    ("before the block", partial(_locate_massive, hook="hook_resid_pre"),
+     "read the residual stream *after* each block: blocks.{L}.hook_resid_post"),
+]
+
+
 def locate_massive(fn: Callable) -> Callable:
     """fn(cache from run_with_cache, n_layers) -> (values (layer,), where (layer, 3)); see reference_locate_massive."""
     cache = _resid_cache(2, n_layers=2, batch=3, pos=5, d=6)
@@ -53,18 +68,8 @@ def locate_massive(fn: Callable) -> Callable:
         cache[f"blocks.{layer}.hook_resid_post"][2, 3, 1] = 20.0 + layer
     cases = [("3 layers, planted at <bos> of prompt 1", (_resid_cache(0), 3)),
              ("2 layers, planted at position 3 of prompt 2", (cache, 2))]
-    mistakes = [
-        (lambda c, n: _locate_massive(c, n, absolute=False),
-         "take absolute values: a massive activation is often large and negative"),
-        (lambda c, n: _locate_massive(c, n, order=(1, 0, 2)),
-         "give each place as (prompt, position, dimension), in that order "
-         "(unravel the flat index over (batch, pos, d_model))"),
-        (lambda c, n: _locate_massive(c, n, only_first=True),
-         "search every position, not only <bos>: where it sits is what we want to find out"),
-        (lambda c, n: _locate_massive(c, n, hook="hook_resid_pre"),
-         "read the residual stream *after* each block: blocks.{L}.hook_resid_post"),
-    ]
-    return check("locate_massive", fn, reference_locate_massive, cases, mistakes, atol=1e-6, rtol=1e-5)
+    return check("locate_massive", fn, reference_locate_massive, cases, MISTAKES["locate_massive"], atol=1e-6,
+                 rtol=1e-5)
 
 
 # ── F-Attn and M-Act from a cache ─────────────────────────────────────────────────────────
@@ -101,23 +106,25 @@ def _cache_case(seed: int, gate: str):
     return cache
 
 
+MISTAKES["f_attn_m_act"] = [
+    ("query 0 left out", partial(_f_attn_m_act, first_query=1),
+     "F-Attn averages over every query position, query 0 included (it always puts all its mass on key 0)"),
+    ("from key 0", partial(_f_attn_m_act, key_axis=False),
+     "that is the attention *from* token 0; F-Attn is the attention *to* key 0: pattern[..., 0] (last axis)"),
+    ("max over layers", partial(_f_attn_m_act, layer_stat="max"),
+     "M-Act is the per-layer maximum averaged over layers, not the maximum over layers"),
+    ("no abs", partial(_f_attn_m_act, absolute=False),
+     "M-Act takes absolute values: massive activations are often large and negative"),
+    ("swapped", lambda c, n: _f_attn_m_act(c, n)[::-1], "return (f_attn, m_act) in that order"),
+    ("mean activation", partial(_f_attn_m_act, act_stat="mean"),
+     "M-Act is the *largest* |activation| of each layer (max over batch, positions and channels), not the mean"),
+]
+
+
 def f_attn_m_act(fn: Callable) -> Callable:
     """fn(cache from run_with_cache, n_layers) -> (f_attn, m_act) as floats."""
     cases = [(f"tiny {gate} model", (_cache_case(i, gate), 3)) for i, gate in enumerate(["none", "G1"])]
-    mistakes = [
-        (lambda c, n: _f_attn_m_act(c, n, first_query=1),
-         "F-Attn averages over every query position, query 0 included (it always puts all its mass on key 0)"),
-        (lambda c, n: _f_attn_m_act(c, n, key_axis=False),
-         "that is the attention *from* token 0; F-Attn is the attention *to* key 0: pattern[..., 0] (last axis)"),
-        (lambda c, n: _f_attn_m_act(c, n, layer_stat="max"),
-         "M-Act is the per-layer maximum averaged over layers, not the maximum over layers"),
-        (lambda c, n: _f_attn_m_act(c, n, absolute=False),
-         "M-Act takes absolute values: massive activations are often large and negative"),
-        (lambda c, n: _f_attn_m_act(c, n)[::-1], "return (f_attn, m_act) in that order"),
-        (lambda c, n: _f_attn_m_act(c, n, act_stat="mean"),
-         "M-Act is the *largest* |activation| of each layer (max over batch, positions and channels), not the mean"),
-    ]
-    return check("f_attn_m_act", fn, reference_f_attn_m_act, cases, mistakes, atol=1e-6, rtol=1e-5)
+    return check("f_attn_m_act", fn, reference_f_attn_m_act, cases, MISTAKES["f_attn_m_act"], atol=1e-6, rtol=1e-5)
 
 
 # ── where a head parks its attention, part by part ───────────────────────────────────────
@@ -135,6 +142,20 @@ def _bos_share_by_part(pattern, n_random, start=1, split=0, to_key=True, head_me
     return out.mean(1, keepdim=True).expand_as(out) if head_mean else out
 
 
+MISTAKES["bos_share_by_part"] = [
+    ("query 0 in", partial(_bos_share_by_part, start=0),
+     "leave out query 0: <bos> can only attend to itself, so it always puts 1.0 on key 0"),
+    ("split -1", partial(_bos_share_by_part, split=-1),
+     "the random part's queries are positions 1..n_random inclusive: slice 1 : n_random + 1"),
+    ("split +1", partial(_bos_share_by_part, split=1),
+     "the separator (position n_random + 1) already belongs to the copy part: it must retrieve a_1"),
+    ("from <bos>", partial(_bos_share_by_part, to_key=False),
+     "that is the attention *from* <bos>; we want attention *to* key 0: pattern[..., 0] (last axis)"),
+    ("head mean", partial(_bos_share_by_part, head_mean=True),
+     "keep one number per head: average over batch and queries only"),
+]
+
+
 def bos_share_by_part(fn: Callable) -> Callable:
     """fn(pattern (batch, head, query, key), n_random) -> (2, head) tensor; see reference_bos_share_by_part."""
     def case(seed, b, h, t, n_random):
@@ -144,19 +165,8 @@ def bos_share_by_part(fn: Callable) -> Callable:
 
     cases = [("4 heads, 9 positions, 4 random", case(0, 2, 4, 9, 4)),
              ("2 heads, 12 positions, 6 random", case(1, 3, 2, 12, 6))]
-    mistakes = [
-        (lambda p, n: _bos_share_by_part(p, n, start=0),
-         "leave out query 0: <bos> can only attend to itself, so it always puts 1.0 on key 0"),
-        (lambda p, n: _bos_share_by_part(p, n, split=-1),
-         "the random part's queries are positions 1..n_random inclusive: slice 1 : n_random + 1"),
-        (lambda p, n: _bos_share_by_part(p, n, split=1),
-         "the separator (position n_random + 1) already belongs to the copy part: it must retrieve a_1"),
-        (lambda p, n: _bos_share_by_part(p, n, to_key=False),
-         "that is the attention *from* <bos>; we want attention *to* key 0: pattern[..., 0] (last axis)"),
-        (lambda p, n: _bos_share_by_part(p, n, head_mean=True),
-         "keep one number per head: average over batch and queries only"),
-    ]
-    return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, mistakes, atol=1e-6, rtol=1e-5)
+    return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, MISTAKES["bos_share_by_part"],
+                 atol=1e-6, rtol=1e-5)
 
 
 # ── is a <bos> head a no-op? ──────────────────────────────────────────────────────────────
@@ -215,6 +225,20 @@ def _noop_case(seed: int, gate: str, n_kv_heads: int = 4):
     return model, tokens
 
 
+MISTAKES["bos_noop_test"] = [
+    ("<bos> in the denominator", partial(_bos_noop_test, others_from=0),
+     "compare |v| at <bos> with the *other* positions (1, 2, ...): leave <bos> out of the denominator"),
+    ("every position replaced", partial(_bos_noop_test, where="all"),
+     "replace the value at <bos> only (position 0): the other positions keep theirs"),
+    ("every head replaced", partial(_bos_noop_test, which_heads="all"),
+     "replace the value of one head only: hook_v is (batch, pos, kv_head, d_head), index the head's axis"),
+    ("losses, not changes", partial(_bos_noop_test, difference=False),
+     "return the *change* of the loss (ablated minus unchanged), not the ablated loss itself"),
+    ("mean over <bos> too", partial(_bos_noop_test, mean_from=0),
+     "the mean value comes from the other positions (1, 2, ...), not from <bos> itself"),
+]
+
+
 def bos_noop_test(fn: Callable) -> Callable:
     """fn(model, tokens (batch, pos), layer, head) -> (value_ratio, d_zero, d_mean); see reference_bos_noop_test."""
     m0, t0 = _noop_case(0, "none")
@@ -222,19 +246,8 @@ def bos_noop_test(fn: Callable) -> Callable:
     m2, t2 = _noop_case(2, "none", n_kv_heads=2)
     cases = [("tiny baseline, layer 1 head 2", (m0, t0, 1, 2)), ("tiny gated model, layer 0 head 1", (m1, t1, 0, 1)),
              ("tiny GQA model (2 value heads), layer 1 head 3", (m2, t2, 1, 3))]
-    mistakes = [
-        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, others_from=0),
-         "compare |v| at <bos> with the *other* positions (1, 2, ...): leave <bos> out of the denominator"),
-        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, where="all"),
-         "replace the value at <bos> only (position 0): the other positions keep theirs"),
-        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, which_heads="all"),
-         "replace the value of one head only: hook_v is (batch, pos, kv_head, d_head), index the head's axis"),
-        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, difference=False),
-         "return the *change* of the loss (ablated minus unchanged), not the ablated loss itself"),
-        (lambda m, t, L, h: _bos_noop_test(m, t, L, h, mean_from=0),
-         "the mean value comes from the other positions (1, 2, ...), not from <bos> itself"),
-    ]
     raises = [(r"IndexError: index \d+ is out of bounds for dimension 2",
                "hook_v has n_kv_heads value heads: with grouped-query attention, query head h reads value head "
                "h // (model.cfg.n_heads // model.cfg.n_kv_heads)")]
-    return check("bos_noop_test", fn, reference_bos_noop_test, cases, mistakes, atol=1e-5, rtol=1e-4, raises=raises)
+    return check("bos_noop_test", fn, reference_bos_noop_test, cases, MISTAKES["bos_noop_test"], atol=1e-5,
+                 rtol=1e-4, raises=raises)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from .engine import check
+from .engine import Mistake, check
 from .lesson02 import QUERY0_HINT, SEPARATOR_HINT, _copy_model, _copy_parts  # copy-task rows, as in lesson 02
 
 EXERCISES = ("gate_by_phase", "first_rest_ratio")  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 
 def _gated_model(seed: int, granularity: str, n_layers: int = 3):
@@ -46,29 +48,32 @@ def _gate_by_phase(model, tokens, layer, n_random, hook="hook_gate", start=1, sp
     return torch.stack([p.mean((0, 1)) for p in parts])  # (2, head)
 
 
+MISTAKES["gate_by_phase"] = [
+    ("logits", partial(_gate_by_phase, hook="hook_gate_logits"),
+     "those are the gate *logits* (hook_gate_logits, any real number); the scores that multiply the head's "
+     "output are their sigmoid, in (0, 1): read blocks.{layer}.attn.hook_gate"),
+    ("sigmoid twice", partial(_gate_by_phase, squash=True),
+     "hook_gate already holds the sigmoid scores: taking the sigmoid again squeezes them into (0.5, 0.73)"),
+    ("query 0 in", partial(_gate_by_phase, start=0), QUERY0_HINT),
+    ("separator in the random part", partial(_gate_by_phase, split=1), SEPARATOR_HINT),
+    ("no d_head average", partial(_gate_by_phase, average="none"),
+     "an elementwise gate has one score per head dimension, (batch, pos, head, d_head): average over d_head "
+     "(the last axis) too, to get one number per head"),
+    ("average heads", partial(_gate_by_phase, average="heads"),
+     "that averages an elementwise gate over the heads; average over each head's d_head dimensions (the last "
+     "axis) instead"),
+]
+
+
 def gate_by_phase(fn: Callable) -> Callable:
     """fn(model, tokens, layer, n_random) -> (2, head); see reference_gate_by_phase."""
     (m0, t0), (m1, t1), (m2, t2) = _copy_model(0, "G1"), _copy_model(1, "G1", "elementwise"), _copy_model(3, "G1")
     cases = [("tiny headwise model, layer 1, 6 random", (m0, t0, 1, 6)),
              ("tiny elementwise model, layer 0, 5 random", (m1, t1, 0, 5)),
              ("tiny headwise model, layer 0, 4 random", (m2, t2, 0, 4))]
-    mistakes = [
-        (lambda *a: _gate_by_phase(*a, hook="hook_gate_logits"),
-         "those are the gate *logits* (hook_gate_logits, any real number); the scores that multiply the head's "
-         "output are their sigmoid, in (0, 1): read blocks.{layer}.attn.hook_gate"),
-        (lambda *a: _gate_by_phase(*a, squash=True),
-         "hook_gate already holds the sigmoid scores: taking the sigmoid again squeezes them into (0.5, 0.73)"),
-        (lambda *a: _gate_by_phase(*a, start=0), QUERY0_HINT),
-        (lambda *a: _gate_by_phase(*a, split=1), SEPARATOR_HINT),
-        (lambda *a: _gate_by_phase(*a, average="none"),
-         "an elementwise gate has one score per head dimension, (batch, pos, head, d_head): average over d_head "
-         "(the last axis) too, to get one number per head"),
-        (lambda *a: _gate_by_phase(*a, average="heads"),
-         "that averages an elementwise gate over the heads; average over each head's d_head dimensions (the last "
-         "axis) instead"),
-    ]
     raises = [(r"KeyError", "the gate scores are at blocks.{layer}.attn.hook_gate: keep that name in names_filter")]
-    return check("gate_by_phase", fn, reference_gate_by_phase, cases, mistakes, atol=1e-6, rtol=1e-5, raises=raises)
+    return check("gate_by_phase", fn, reference_gate_by_phase, cases, MISTAKES["gate_by_phase"], atol=1e-6,
+                 rtol=1e-5, raises=raises)
 
 
 def reference_first_rest_ratio(per_prompt, seed=0):
@@ -109,6 +114,25 @@ def _first_rest_ratio(per_prompt, seed=0, ratio="pooled", first_in_rest=False, u
     return tuple(bootstrap_ci(units, stat=stat, seed=seed))
 
 
+MISTAKES["first_rest_ratio"] = [
+    ("upside down", partial(_first_rest_ratio, invert=True),
+     "the ratio is upside down: first-token mean / later-token mean (below 1 when the first token is gated more)"),
+    ("first in rest", partial(_first_rest_ratio, first_in_rest=True),
+     "the 'rest' includes the first token: average the gates at positions 1.. only"),
+    ("per-prompt ratios", partial(_first_rest_ratio, ratio="per_prompt"),
+     "that is the mean of per-prompt ratios; take the ratio of the two means instead (first-token mean over "
+     "prompts / later-token mean pooled over every later token)"),
+    ("prompt means", partial(_first_rest_ratio, ratio="prompt_means"),
+     "the later tokens' mean weights every prompt equally; pool them: (sum of all later gates) / (number of "
+     "later tokens), so a long prompt counts more, as the published numbers do"),
+    ("tokens resampled", partial(_first_rest_ratio, unit="token"),
+     "that resamples tokens; tokens of one prompt are not independent: resample whole prompts (one row per "
+     "prompt holding its first gate, the sum of its later gates and their number)"),
+    ("seed ignored", partial(_first_rest_ratio, fixed_seed=True),
+     "the interval ignores `seed`: pass it on (bootstrap_ci(..., seed=seed))"),
+]
+
+
 def first_rest_ratio(fn: Callable) -> Callable:
     """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high); see reference_first_rest_ratio."""
     def prompts(seed, n, max_len):
@@ -124,21 +148,5 @@ def first_rest_ratio(fn: Callable) -> Callable:
     cases = [("12 prompts of 3-12 tokens, seed 0", (prompts(0, 12, 12), 0)),
              ("20 prompts of 3-30 tokens, seed 1", (prompts(1, 20, 30), 1)),
              ("3 prompts, seed 2", (prompts(2, 3, 8), 2))]
-    mistakes = [
-        (lambda p, s: _first_rest_ratio(p, s, invert=True),
-         "the ratio is upside down: first-token mean / later-token mean (below 1 when the first token is gated more)"),
-        (lambda p, s: _first_rest_ratio(p, s, first_in_rest=True),
-         "the 'rest' includes the first token: average the gates at positions 1.. only"),
-        (lambda p, s: _first_rest_ratio(p, s, ratio="per_prompt"),
-         "that is the mean of per-prompt ratios; take the ratio of the two means instead (first-token mean over "
-         "prompts / later-token mean pooled over every later token)"),
-        (lambda p, s: _first_rest_ratio(p, s, ratio="prompt_means"),
-         "the later tokens' mean weights every prompt equally; pool them: (sum of all later gates) / (number of "
-         "later tokens), so a long prompt counts more, as the published numbers do"),
-        (lambda p, s: _first_rest_ratio(p, s, unit="token"),
-         "that resamples tokens; tokens of one prompt are not independent: resample whole prompts (one row per "
-         "prompt holding its first gate, the sum of its later gates and their number)"),
-        (lambda p, s: _first_rest_ratio(p, s, fixed_seed=True),
-         "the interval ignores `seed`: pass it on (bootstrap_ci(..., seed=seed))"),
-    ]
-    return check("first_rest_ratio", fn, reference_first_rest_ratio, cases, mistakes, atol=1e-6, rtol=1e-5)
+    return check("first_rest_ratio", fn, reference_first_rest_ratio, cases, MISTAKES["first_rest_ratio"],
+                 atol=1e-6, rtol=1e-5)

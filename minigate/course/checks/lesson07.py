@@ -4,12 +4,14 @@ measure of the attention sink the lesson applies to the code models and to the p
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from .engine import check, randn
+from .engine import Mistake, check, randn
 
 EXERCISES = ("first_token_excess",)  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 
 def reference_first_token_excess(pattern):
@@ -57,6 +59,33 @@ def _explain(got, want):
     return None
 
 
+MISTAKES["first_token_excess"] = [
+    ("no subtraction", partial(_first_token_excess, subtract=False),
+     "subtract what uniform causal attention gives: the mean over queries of 1/(i+1)"),
+    ("uniform minus share", partial(_first_token_excess, order="uniform - share"),
+     "the excess is the head's share minus the uniform share, not uniform minus share"),
+    ("from token 0", partial(_first_token_excess, to_key=False),
+     "that is the attention *from* token 0 (query 0's row); we want the attention *to* key 0: "
+     "pattern[..., 0] (last axis)"),
+    ("averaged over heads too", partial(_first_token_excess, head_mean=True),
+     "keep one number per head: average over batch and queries only, not over heads"),
+    ("averaged over heads, kept per head", partial(_first_token_excess, head_mean="expand"),
+     "keep each head's own number: average over batch and queries only, not over heads"),
+    ("uniform over all keys, 1/T", partial(_first_token_excess, uniform="1/T"),
+     "attention is causal: query i spreads over the i + 1 keys 0..i, so uniform gives key 0 1/(i+1), not 1/T"),
+    ("uniform 1/i", partial(_first_token_excess, uniform="1/i"),
+     "query i sees i + 1 keys (0..i, itself included): uniform gives key 0 1/(i+1), not 1/i"),
+    ("uniform summed", partial(_first_token_excess, reduce="sum"),
+     "average the uniform share over the queries (mean of 1/(i+1)), do not sum it"),
+    ("query 0 left out of both", partial(_first_token_excess, share_from=1, uniform_from=1),
+     "count every query, query 0 included, as F-Attn and uniform_first_token_share do"),
+    ("uniform over queries 1..", partial(_first_token_excess, uniform_from=1),
+     "average the uniform share over the same queries as the head's share: all of them, query 0 included"),
+    ("share over queries 1..", partial(_first_token_excess, share_from=1),
+     "average the head's share over the same queries as the uniform share: all of them, query 0 included"),
+]
+
+
 def first_token_excess(fn: Callable) -> Callable:
     """fn(pattern (batch, head, query, key)) -> (head,) tensor; see reference_first_token_excess."""
     cases = [("2 prompts, 3 heads, 9 positions; head 2 a sink, head 1 uniform",
@@ -65,32 +94,8 @@ def first_token_excess(fn: Callable) -> Callable:
               (_causal_patterns(1, 4, 5, 12, sink_head=0, uniform_head=3),)),
              ("3 prompts, 2 heads, 6 positions; head 1 a sink, head 0 uniform",
               (_causal_patterns(2, 3, 2, 6, sink_head=1, uniform_head=0),))]
-    mistakes = [
-        (lambda p: _first_token_excess(p, subtract=False),
-         "subtract what uniform causal attention gives: the mean over queries of 1/(i+1)"),
-        (lambda p: _first_token_excess(p, order="uniform - share"),
-         "the excess is the head's share minus the uniform share, not uniform minus share"),
-        (lambda p: _first_token_excess(p, to_key=False),
-         "that is the attention *from* token 0 (query 0's row); we want the attention *to* key 0: "
-         "pattern[..., 0] (last axis)"),
-        (lambda p: _first_token_excess(p, head_mean=True),
-         "keep one number per head: average over batch and queries only, not over heads"),
-        (lambda p: _first_token_excess(p, head_mean="expand"),
-         "keep each head's own number: average over batch and queries only, not over heads"),
-        (lambda p: _first_token_excess(p, uniform="1/T"),
-         "attention is causal: query i spreads over the i + 1 keys 0..i, so uniform gives key 0 1/(i+1), not 1/T"),
-        (lambda p: _first_token_excess(p, uniform="1/i"),
-         "query i sees i + 1 keys (0..i, itself included): uniform gives key 0 1/(i+1), not 1/i"),
-        (lambda p: _first_token_excess(p, reduce="sum"),
-         "average the uniform share over the queries (mean of 1/(i+1)), do not sum it"),
-        (lambda p: _first_token_excess(p, share_from=1, uniform_from=1),
-         "count every query, query 0 included, as F-Attn and uniform_first_token_share do"),
-        (lambda p: _first_token_excess(p, uniform_from=1),
-         "average the uniform share over the same queries as the head's share: all of them, query 0 included"),
-        (lambda p: _first_token_excess(p, share_from=1),
-         "average the head's share over the same queries as the uniform share: all of them, query 0 included"),
-    ]
     raises = [(r"ZeroDivisionError", "query 0 sees one key (itself): uniform attention puts 1/(0 + 1) = 1 on key 0; "
                "use 1/(i+1) for query i")]
-    return check("first_token_excess", fn, reference_first_token_excess, cases, mistakes, atol=1e-6, rtol=1e-5,
+    return check("first_token_excess", fn, reference_first_token_excess, cases, MISTAKES["first_token_excess"],
+                 atol=1e-6, rtol=1e-5,
                  raises=raises, explain=_explain, index_label=lambda idx: f"head {idx[0]}")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from einops import rearrange
 
-from .engine import NONE_HINT, Mismatch, check, randn, what
+from .engine import NONE_HINT, Mismatch, Mistake, check, randn, what
 
 EXERCISES = ("loss_spikes", "qwen3_next_q_proj")  # its check cells, in the lesson's order
+MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── loss spikes ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -102,32 +104,31 @@ def _spike_cases():
             ("no spikes", (curve(4, 40, {}), 1.5, 10))]
 
 
+MISTAKES["loss_spikes"] = [
+    ("0-based", partial(_loss_spikes, one_based=False),
+     "steps are 1-based, as in History.step: the first loss is step 1, so losses[i] is step i + 1"),
+    ("own loss included", partial(_loss_spikes, include_self=True),
+     "the running mean is over the `window` losses *before* the step; including the step's own loss dampens "
+     "the spike it should reveal"),
+    ("partial windows", partial(_loss_spikes, partial=True),
+     "no step is judged before `window` earlier losses exist: steps 1..window are never spikes"),
+    ("window - 1 losses", lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window - 1),
+     "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
+     "not window - 1"),
+    ("window + 1 losses", lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window + 1),
+     "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
+     "not window + 1"),
+    ("every earlier loss", partial(_loss_spikes, all_previous=True),
+     "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
+     "training, so an old mean is too high and hides spikes"),
+]
+
+
 def loss_spikes(fn: Callable) -> Callable:
     """fn(losses: list of floats, factor, window) -> list of the 1-based steps that are loss spikes."""
     cases = _spike_cases()
-    mistakes = [
-        (lambda *a: _loss_spikes(*a, one_based=False),
-         "steps are 1-based, as in History.step: the first loss is step 1, so losses[i] is step i + 1"),
-        (lambda *a: _loss_spikes(*a, include_self=True),
-         "the running mean is over the `window` losses *before* the step; including the step's own loss dampens "
-         "the spike it should reveal"),
-        (lambda *a: _loss_spikes(*a, partial=True),
-         "no step is judged before `window` earlier losses exist: steps 1..window are never spikes"),
-        (lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window - 1),
-         "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
-         "not window - 1"),
-        (lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window + 1),
-         "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
-         "not window + 1"),
-        (lambda *a: _loss_spikes(*a, all_previous=True),
-         "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
-         "training, so an old mean is too high and hides spikes"),
-    ]
-    mistakes = [(_steps(wrong), hint) for wrong, hint in mistakes]
-    learner = _steps(fn)
-    result = check("loss_spikes", learner, _steps(reference_loss_spikes), cases, mistakes, atol=0, rtol=0,
-                   explain=_which_steps)
-    return fn if result is learner else reference_loss_spikes
+    return check("loss_spikes", fn, reference_loss_spikes, cases, MISTAKES["loss_spikes"], atol=0, rtol=0,
+                 explain=_which_steps, wrap=_steps)
 
 
 # ── Qwen3-Next's gated q_proj in minigate's layout ───────────────────────────────────────────────────
@@ -159,28 +160,31 @@ def _qwen3_next_q_proj(weight, n_heads, n_kv_heads, head_dim, *, source="per hea
     return rearrange(w, f"kv two g d m -> (kv two {inner}) m")
 
 
+MISTAKES["qwen3_next_q_proj"] = [
+    ("unchanged", partial(_qwen3_next_q_proj, target="unchanged"),
+     "the rows need reordering: Qwen3-Next has per query head [query_h | gate_h], minigate per kv head "
+     "[queries of its group heads | gates of those heads]"),
+    ("gate first", partial(_qwen3_next_q_proj, gate_first=True),
+     "in each head's 2 * head_dim rows Qwen3-Next puts the query first, then the gate (torch.chunk(..., 2) "
+     "returns query_states, gate)"),
+    ("source all queries first", partial(_qwen3_next_q_proj, source="all queries first"),
+     "Qwen3-Next's rows are not [all queries | all gates]: its forward views q_proj's output as "
+     "(..., n_heads, 2 * head_dim), so each head's query and gate rows sit together"),
+    ("target all queries first", partial(_qwen3_next_q_proj, target="all queries first"),
+     "the gates go after the queries of their own kv group, not after all queries (the two agree only "
+     "when n_kv_heads = 1)"),
+    ("(g kv)", partial(_qwen3_next_q_proj, group="(g kv)"),
+     "query head h shares kv head h // (n_heads // n_kv_heads): consecutive heads form a group, heads are "
+     "not dealt out to the kv heads in turn"),
+    ("(d g)", partial(_qwen3_next_q_proj, inner="d g"),
+     "within a group the rows go head by head, each head's head_dim rows together: '(g d)', not '(d g)'"),
+]
+
+
 def qwen3_next_q_proj(fn: Callable) -> Callable:
     """fn(weight (n_heads * 2 * head_dim, d_model), n_heads, n_kv_heads, head_dim) -> the same rows reordered
     into minigate's per-kv-group G1 elementwise layout (see reference_qwen3_next_q_proj)."""
     shapes = [(4, 2, 4, 8), (6, 3, 2, 4), (8, 2, 2, 3), (4, 1, 4, 8)]  # (heads, kv heads, head_dim, d_model)
     cases = [(f"h={H} kv={K} d={D}", (randn(H * 2 * D, M, seed=i), H, K, D)) for i, (H, K, D, M) in enumerate(shapes)]
-    mistakes = [
-        (lambda *a: _qwen3_next_q_proj(*a, target="unchanged"),
-         "the rows need reordering: Qwen3-Next has per query head [query_h | gate_h], minigate per kv head "
-         "[queries of its group heads | gates of those heads]"),
-        (lambda *a: _qwen3_next_q_proj(*a, gate_first=True),
-         "in each head's 2 * head_dim rows Qwen3-Next puts the query first, then the gate (torch.chunk(..., 2) "
-         "returns query_states, gate)"),
-        (lambda *a: _qwen3_next_q_proj(*a, source="all queries first"),
-         "Qwen3-Next's rows are not [all queries | all gates]: its forward views q_proj's output as "
-         "(..., n_heads, 2 * head_dim), so each head's query and gate rows sit together"),
-        (lambda *a: _qwen3_next_q_proj(*a, target="all queries first"),
-         "the gates go after the queries of their own kv group, not after all queries (the two agree only "
-         "when n_kv_heads = 1)"),
-        (lambda *a: _qwen3_next_q_proj(*a, group="(g kv)"),
-         "query head h shares kv head h // (n_heads // n_kv_heads): consecutive heads form a group, heads are "
-         "not dealt out to the kv heads in turn"),
-        (lambda *a: _qwen3_next_q_proj(*a, inner="d g"),
-         "within a group the rows go head by head, each head's head_dim rows together: '(g d)', not '(d g)'"),
-    ]
-    return check("qwen3_next_q_proj", fn, reference_qwen3_next_q_proj, cases, mistakes, atol=0, rtol=0)
+    return check("qwen3_next_q_proj", fn, reference_qwen3_next_q_proj, cases, MISTAKES["qwen3_next_q_proj"], atol=0,
+                 rtol=0)

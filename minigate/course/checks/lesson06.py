@@ -56,7 +56,7 @@ def _logits_under(make_hooks):
     """make_hooks(model, layer, value, head) -> fwd_hooks  ==>  fn(model, tokens, layer, value, head) -> logits."""
     def run(model, tokens, layer, value, head):
         return _hooked_logits(model, tokens, make_hooks(model, layer, value, head), "hook_gate",
-                              ", as ablation.close_head does")
+                              ", as overrides.close_head does")
     return run
 
 

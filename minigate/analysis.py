@@ -127,20 +127,48 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
     return ActivationStats(max_abs=best, where=where)
 
 
-def sink_tracker(tokens: torch.Tensor, batch_size: int = 16, short: int = 64):
-    """A `train()` callback that records F-Attn, sink rate, the largest head's share and M-Act on fixed
-    `tokens` (batch, pos), so you can watch the sink form: history.metric("f_attn") -> (steps, values).
-    When the windows are longer than `short`, it also records the sink at Gu et al.'s T=64 on their first
-    `short` tokens ("f_attn_64", "sink_rate_64", "max_head_share_64"; the key is named after `short`)."""
+GU_LEN = 64  # Gu et al. measure the sink on windows of 64 tokens
+
+
+@torch.no_grad()
+def published_measures(model, tokens: torch.Tensor, short: int = GU_LEN, batch_size: int = 16) -> dict:
+    """The published sink and activation numbers of a model on held-out windows `tokens` (batch, T), <bos> first,
+    each named with its protocol:
+        f_attn, f_attn_excess, uniform   the paper's F-Attn at T, its excess over uniform attention (which gives
+                                         `uniform`), at T = tokens.shape[1]
+        max_head_share, max_head_at      the largest head's mean first-token share at T, and its [layer, head]
+        sink_rate                        share of heads above SINK_THRESHOLD at T
+        f_attn_{short}, sink_rate_{short}, max_head_share_{short}
+                                         the same on the windows' first `short` tokens: Gu et al.'s protocol
+                                         (T=64: a head is a sink head when its mean first-token share exceeds 0.3)
+        m_act, max_act, m_act_per_layer  the paper's M-Act (per-layer max |residual|, averaged over layers), its peak
+        share_per_layer                  F-Attn of each layer at T
+    The tracker (sink_tracker), minigate.ship and the lessons measure with this one function."""
+    T = tokens.shape[1]
+    sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
+    uniform = uniform_first_token_share(T)
+    layer, head = divmod(int(sink.share.argmax()), sink.share.shape[1])
+    out = {"seq_len": T, "windows": tokens.shape[0], "f_attn": sink.f_attn, "f_attn_excess": sink.f_attn - uniform,
+           "uniform": uniform, "max_head_share": sink.share.max().item(), "max_head_at": [layer, head],
+           "sink_rate": sink.sink_rate, "m_act": act.m_act, "max_act": act.peak,
+           "m_act_per_layer": act.max_abs.tolist(), "share_per_layer": sink.per_layer.tolist()}
+    if T > short:
+        s = attention_sink(model, tokens[:, :short], batch_size)
+        out.update({f"f_attn_{short}": s.f_attn, f"sink_rate_{short}": s.sink_rate,
+                    f"max_head_share_{short}": s.share.max().item()})
+    return out
+
+
+def sink_tracker(tokens: torch.Tensor, batch_size: int = 16, short: int = GU_LEN):
+    """A `train()` callback that records published_measures on fixed `tokens` (batch, pos), so you can watch the sink
+    form: history.metric("f_attn") -> (steps, values); keys f_attn, sink_rate, max_head_share, m_act, max_act,
+    share_per_layer and, when the windows are longer than `short`, f_attn_64, sink_rate_64, max_head_share_64
+    (Gu et al.'s T=64 on their first `short` tokens; the key is named after `short`)."""
+    keys = ("f_attn", "sink_rate", "max_head_share", "m_act", "max_act", "share_per_layer",
+            f"f_attn_{short}", f"sink_rate_{short}", f"max_head_share_{short}")
 
     def callback(step, model, history) -> dict:
-        sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
-        out = {"f_attn": sink.f_attn, "sink_rate": sink.sink_rate, "max_head_share": sink.share.max().item(),
-               "m_act": act.m_act, "max_act": act.peak, "share_per_layer": sink.per_layer.tolist()}
-        if tokens.shape[1] > short:
-            s = attention_sink(model, tokens[:, :short], batch_size)
-            out.update({f"f_attn_{short}": s.f_attn, f"sink_rate_{short}": s.sink_rate,
-                        f"max_head_share_{short}": s.share.max().item()})
-        return out
+        m = published_measures(model, tokens, short, batch_size)
+        return {k: m[k] for k in keys if k in m}
 
     return callback

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -28,6 +29,10 @@ from .resources import DATA_DIR
 
 NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}  # variant -> shipped suffix
 PROSE_LEN = 512
+MEASUREMENTS = "measurements.json"  # beside each shipped checkpoint: the one source of its numbers
+PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation articles), <bos>-first windows",
+            "seq_len": PROSE_LEN, "gu_seq_len": 64, "sink_threshold": 0.3, "function": "analysis.published_measures",
+            "weights": "the shipped 16-bit weights", "val_loss_code": "the run's last validation loss, held-out code"}
 # the bar each recipe's models must reach: baseline M-Act, and how far a gated loss may trail the baseline's
 BARS = {"code": dict(m_act=20, loss_slack=0.02), "code-gpu": dict(m_act=100, loss_slack=1e-3)}
 
@@ -43,21 +48,37 @@ def prose_windows(tokenizer_path, limit: int | None = None) -> torch.Tensor:
 
 
 def shipped_numbers(model, prose: torch.Tensor, history: dict) -> dict:
-    """The numbers shipped with one model (its row of the README's table), measured on `prose` [batch, 512]."""
-    from .analysis import attention_sink, massive_activations, uniform_first_token_share
+    """The numbers shipped with one model (its row of the README's table), measured on `prose` [batch, 512] with
+    analysis.published_measures: the paper's F-Attn, its excess over uniform, the largest head and sink rate at
+    T=512, Gu et al.'s sink rate at T=64 (the windows' first 64 tokens), M-Act; and the final validation loss."""
+    from .analysis import published_measures
 
-    device = next(model.parameters()).device
     model = model.eval()
     with torch.no_grad():
-        sink = attention_sink(model, prose.to(device), batch_size=8)
-        act = massive_activations(model, prose.to(device), batch_size=8)
-    uniform = uniform_first_token_share(PROSE_LEN)
-    layer, head = divmod(int(sink.share.argmax()), sink.share.shape[1])
-    return {"f_attn": sink.f_attn, "f_attn_excess": sink.f_attn - uniform, "uniform": uniform,
-            "max_head": sink.share.max().item(), "max_head_at": [layer, head], "sink_rate": sink.sink_rate,
-            "m_act": act.m_act, "m_act_per_layer": [round(v, 1) for v in act.max_abs.tolist()],
-            "f_attn_per_layer": [round(v, 4) for v in sink.per_layer.tolist()],
+        m = published_measures(model, prose.to(next(model.parameters()).device), batch_size=8)
+    return {"f_attn": m["f_attn"], "f_attn_excess": m["f_attn_excess"], "uniform": m["uniform"],
+            "max_head": m["max_head_share"], "max_head_at": m["max_head_at"], "sink_rate": m["sink_rate"],
+            "sink_rate_64": m["sink_rate_64"], "max_head_64": m["max_head_share_64"], "m_act": m["m_act"],
+            "m_act_per_layer": [round(v, 1) for v in m["m_act_per_layer"]],
+            "f_attn_per_layer": [round(v, 4) for v in m["share_per_layer"]],
             "val_loss_code": history["val_loss"][-1], "windows": prose.shape[0]}
+
+
+def windows_digest(windows: torch.Tensor) -> str:
+    """SHA-256 of a (batch, T) tensor of token ids: whether a lesson measures on the windows the numbers came from."""
+    return hashlib.sha256(windows.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def measure_folder(folder: Path, prose: torch.Tensor) -> dict:
+    """Measure a shipped checkpoint folder on `prose` and write its measurements.json (protocol and numbers)."""
+    import minigate
+
+    history = json.loads((folder / "history.json").read_text())
+    row = shipped_numbers(minigate.from_pretrained(folder), prose, history)
+    protocol = dict(PROTOCOL, windows=prose.shape[0], windows_sha256=windows_digest(prose))
+    record = {"name": folder.name, "protocol": protocol, **row}
+    (folder / MEASUREMENTS).write_text(json.dumps(record, indent=2) + "\n")
+    return row
 
 
 def thin(history: dict, every: int = 10) -> dict:
@@ -103,7 +124,7 @@ def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
             shutil.copyfile(run_dir / "model" / f, ship / f)
     (ship / "run.json").write_text(json.dumps(_portable(run), indent=2))
     (ship / "history.json").write_text(json.dumps(thin(history)))
-    shipped = shipped_numbers(minigate.from_pretrained(ship), prose, history)
+    shipped = measure_folder(ship, prose)
     return dict(shipped, f_attn_fp32=trained["f_attn"], m_act_fp32=trained["m_act"],
                 minutes=train_minutes(history, run), steps=history["step"][-1])
 
@@ -125,14 +146,32 @@ def check_bar(rows: dict, preset: str) -> list[tuple[str, bool]]:
 
 
 def table(rows: dict, preset: str) -> str:
-    """The README's markdown table of the shipped models."""
-    lines = ["| model | F-Attn | above uniform | largest head (layer, head) | sink rate | M-Act | val loss (code) | "
-             "train min |", "|---|---|---|---|---|---|---|---|"]
+    """The README's markdown table of the shipped models (rows keyed by variant, as measurements.json holds them)."""
+    lines = ["| model | F-Attn | above uniform | largest head (layer, head) | sink heads, T=512 | sink heads, "
+             "T=64 (Gu) | M-Act | val loss (code) |", "|---|---|---|---|---|---|---|---|"]
     for variant, r in rows.items():
         lines.append(f"| {preset}-{NAMES[variant]} | {r['f_attn']:.3f} | {r['f_attn_excess']:.3f} | "
                      f"{r['max_head']:.2f} ({r['max_head_at'][0]}, {r['max_head_at'][1]}) | {r['sink_rate']:.1%} | "
-                     f"{r['m_act']:.0f} | {r['val_loss_code']:.3f} | {r['minutes']:.0f} |")
+                     f"{r['sink_rate_64']:.1%} | {r['m_act']:.0f} | {r['val_loss_code']:.3f} |")
     return "\n".join(lines)
+
+
+def effect_summary(rows: dict) -> str:
+    """The sentence the READMEs state about a preset's shipped models, from their measurements (rows by variant)."""
+    b, h, e = rows["none"], rows["headwise"], rows["elementwise"]
+    excess = [b["f_attn_excess"] / r["f_attn_excess"] for r in (h, e)]
+    return (f"By Gu et al.'s protocol (windows of 64 tokens; a sink head puts more than 0.3 of its attention on the "
+            f"first token) {b['sink_rate_64']:.1%} of the baseline's heads are sink heads, against "
+            f"{h['sink_rate_64']:.1%} (headwise) and {e['sink_rate_64']:.1%} (elementwise); over 512 tokens its "
+            f"largest head puts {b['max_head']:.2f} on the first token. The gated models have "
+            f"{excess[0]:.1f}x (headwise) and {excess[1]:.1f}x (elementwise) less first-token attention above uniform "
+            f"(F-Attn at T=512) and "
+            f"{b['m_act'] / h['m_act']:.1f}x and {b['m_act'] / e['m_act']:.1f}x smaller massive activations (M-Act).")
+
+
+def shipped_rows(preset: str, ship: Path = DATA_DIR / "checkpoints") -> dict:
+    """{variant: measurements.json} of a preset's shipped models, in NAMES order."""
+    return {v: json.loads((Path(ship) / f"{preset}-{name}" / MEASUREMENTS).read_text()) for v, name in NAMES.items()}
 
 
 def main(argv=None) -> int:
@@ -143,11 +182,20 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", "--gates", dest="variants", nargs="*", default=list(NAMES), choices=list(NAMES))
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for training (CPU recipe)")
     ap.add_argument("--no-train", action="store_true", help="only measure and ship finished run folders")
+    ap.add_argument("--measure", action="store_true",
+                    help="only measure the shipped <preset>-* folders again and rewrite their measurements.json")
     args = ap.parse_args(argv)
     if args.preset == "code-gpu" and not torch.cuda.is_available():
         print("minigate.ship: --preset code-gpu needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained)")
         return 2
     rows, prose = {}, None
+    if args.measure:
+        for variant in args.variants:
+            folder = Path(args.ship) / f"{args.preset}-{NAMES[variant]}"
+            prose = prose_windows(folder / "tokenizer.json") if prose is None else prose
+            rows[variant] = measure_folder(folder, prose)
+        print(table(rows, args.preset))
+        return 0
     for variant in args.variants:
         run = Path(args.runs) / f"{args.preset}-{variant}"
         done = (run / "model" / "config.json").exists()

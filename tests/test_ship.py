@@ -1,6 +1,7 @@
 """minigate.ship: measuring, thinning and shipping the natural-data checkpoints, and the bar it checks."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import minigate
 from minigate import data, ship
 from minigate.cli import main
 from minigate.presets import model_config
+from minigate.resources import DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +82,28 @@ def test_the_gpu_recipe_refuses_a_machine_without_cuda(tmp_path, capsys):
         pytest.skip("this machine has CUDA")
     assert ship.main(["--preset", "code-gpu", "--runs", str(tmp_path)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("preset", ["code"])
+def test_the_readmes_state_the_shipped_measurements(preset):
+    """One source: the checkpoints' README table and both READMEs' sentence come from the measurements.json files."""
+    rows = ship.shipped_rows(preset)
+    for row in rows.values():
+        assert row["protocol"]["function"] == "analysis.published_measures" and row["protocol"]["windows"] == 75
+    readme = (DATA_DIR / "checkpoints" / "README.md").read_text()
+    assert ship.table(rows, preset) in readme
+    summary = ship.effect_summary(rows)
+    assert summary in readme.replace("\n", " ")
+    assert summary in (DATA_DIR.parent / "README.md").read_text().replace("\n", " ")
+
+
+def test_measure_folder_writes_the_numbers_and_their_protocol(tmp_path, prose):
+    import shutil
+
+    folder = Path(shutil.copytree(DATA_DIR / "checkpoints" / "code-elementwise", tmp_path / "code-elementwise"))
+    (folder / ship.MEASUREMENTS).unlink()
+    row = ship.measure_folder(folder, prose[:4])
+    stored = json.loads((folder / ship.MEASUREMENTS).read_text())
+    assert stored["protocol"]["windows"] == 4 and stored["protocol"]["windows_sha256"] == ship.windows_digest(prose[:4])
+    assert {k: stored[k] for k in row} == json.loads(json.dumps(row))
+    assert 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1

@@ -81,6 +81,26 @@ def measure_folder(folder: Path, prose: torch.Tensor) -> dict:
     return row
 
 
+def measure_shipped(name: str, device="cpu") -> dict:
+    """Measure a shipped model again, as `--measure` did, and check the numbers against its measurements.json:
+    on the same windows (same SHA-256) every number must agree to 1e-4 (an AssertionError names the one that does
+    not); on other windows (another WikiText-2 copy) the result says so in "same_windows". Returns the new row."""
+    import minigate
+
+    folder = DATA_DIR / "checkpoints" / name
+    stored = json.loads((folder / MEASUREMENTS).read_text())
+    prose = prose_windows(folder / "tokenizer.json")
+    history = json.loads((folder / "history.json").read_text())
+    row = shipped_numbers(minigate.shipped(name, device=device), prose, history)
+    row["same_windows"] = windows_digest(prose) == stored["protocol"]["windows_sha256"]
+    if row["same_windows"]:
+        for key in ("f_attn", "f_attn_excess", "max_head", "sink_rate", "sink_rate_64", "max_head_64", "m_act"):
+            assert abs(row[key] - stored[key]) <= 1e-4 * max(1.0, abs(stored[key])), (
+                f"{name}: {key} {row[key]} here, {stored[key]} in {MEASUREMENTS}: measure again with "
+                "python -m minigate.ship --measure")
+    return row
+
+
 def thin(history: dict, every: int = 10) -> dict:
     """Per-step lists kept every `every` steps (and the last); evaluations, spikes and metrics kept whole."""
     keep = [i for i, s in enumerate(history["step"]) if s % every == 0 or i == len(history["step"]) - 1]

@@ -107,3 +107,10 @@ def test_measure_folder_writes_the_numbers_and_their_protocol(tmp_path, prose):
     assert stored["protocol"]["windows"] == 4 and stored["protocol"]["windows_sha256"] == ship.windows_digest(prose[:4])
     assert {k: stored[k] for k in row} == json.loads(json.dumps(row))
     assert 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1
+
+
+def test_the_shipped_measurements_are_what_the_shipped_weights_give():
+    """measurements.json is current: measured again on the same windows, every number agrees (measure_shipped asserts
+    it); a re-shipped model without `--measure` fails here."""
+    row = ship.measure_shipped("code-elementwise")
+    assert row["same_windows"], "the held-out windows differ from those measurements.json records"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 
 import matplotlib.pyplot as plt
 import torch
@@ -55,6 +56,19 @@ def _log_ticks(ax, axis: str = "y"):
     a.set_minor_formatter(NullFormatter())
 
 
+def _wrap(text: str, width: int = 28) -> list[str]:
+    """`text` in lines of at most `width` characters: as few lines as that takes, as even as they can be, broken
+    after a comma where the comma-separated parts fit ("code-baseline, layer 0, head 2" -> 2 lines)."""
+    def even(t):
+        n = len(textwrap.wrap(t, width))
+        return next((lines for w in range(1, width + 1) if len(lines := textwrap.wrap(t, w)) <= n), None) or [t]
+
+    parts = text.split(", ")
+    if len(parts) > 1 and len(text) > width and max(map(len, parts)) < width:  # keep each part whole
+        return [line.replace("\0", " ") for line in even(", ".join(p.replace(" ", "\0") for p in parts))]
+    return even(text)
+
+
 def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss"):
     """Train loss (moving average over `smooth` steps) and validation loss of several runs."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -72,23 +86,30 @@ def loss_curves(histories: dict, smooth: int = 20, title: str = "Training loss")
 
 
 def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | str = "mean",
-                   title: str = "Attention patterns", first_query: int = 0):
+                   title: str = "Attention patterns", first_query: int = 0, floor: float | None = None):
     """One panel per entry of {label: pattern (query_pos, key_pos)} or (head, query_pos, key_pos); with a
     head dimension, `head` picks one head or "mean" averages them. `first_query`: the position of the patterns'
-    first row, when they are the later queries of a longer input (pattern[first_query:, :n_keys])."""
+    first row, when they are the later queries of a longer input (pattern[first_query:, :n_keys]).
+    Colours run linearly from 0 to 1; with `floor` (e.g. 1e-3) they run on a log scale from floor to 1, so that
+    small shares stay visible, and anything below floor (the zeros of future keys included) takes floor's colour.
+    Labels are wrapped to the panel's width, so titles of neighbouring panels never run into each other."""
     n = len(patterns)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols + 0.9, 3.4 * rows), squeeze=False, layout="compressed")
+    fig.get_layout_engine().set(h_pad=0.1)  # room between a row's tick labels and the titles below
     for ax in axes.flat[n:]:
         ax.axis("off")
+    norm = plt.Normalize(0, 1) if floor is None else LogNorm(floor, 1, clip=True)
     for i, (ax, (label, p)) in enumerate(zip(axes.flat[:n], patterns.items(), strict=True)):
         p = p.detach().float().cpu()
         if p.dim() == 3:
             p = p.mean(0) if head == "mean" else p[head]
         extent = (-0.5, p.shape[1] - 0.5, first_query + p.shape[0] - 0.5, first_query - 0.5)
-        im = ax.imshow(p.numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest", extent=extent)
-        ax.set_title(f"{label}\nfirst-token share {p[:, 0].mean():.2f}", fontsize=9)
+        shown = p if floor is None else p.clamp(min=floor)
+        im = ax.imshow(shown.numpy(), cmap="viridis", norm=norm, interpolation="nearest", extent=extent)
+        lines = [w for line in str(label).splitlines() for w in _wrap(line)]
+        ax.set_title("\n".join([*lines, f"first-token share {p[:, 0].mean():.2f}"]), fontsize=9)
         if i // cols == rows - 1 or i + cols >= n:  # bottom panel of its column
             ax.set_xlabel("key position")
         if i % cols == 0:
@@ -96,7 +117,12 @@ def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | 
         if tokens is not None and len(tokens) <= 24:
             ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
             ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="attention")
+    if floor is None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="attention")
+    else:  # the arrow at the bottom: values below floor, clipped to its colour
+        bar = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, extend="min",
+                           label=f"attention, log scale\n(below {floor:g} shown as {floor:g})")
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(_plain))
     fig.suptitle(title)
     return fig
 

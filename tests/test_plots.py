@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
 
 from minigate import ModelConfig, Transformer, plots  # noqa: E402
 from minigate.analysis import SinkStats, attention_sink, massive_activations  # noqa: E402
@@ -58,6 +59,30 @@ def test_attention_maps_one_panel_per_pattern():
     assert torch.allclose(torch.tensor(img.data), patterns["layer 1"].mean(0), atol=1e-6)
     late = plots.attention_maps({"late queries": patterns["layer 0"][0, 10:, :4]}, first_query=10)
     assert late.axes[0].get_ylim() == (15.5, 9.5) and late.axes[0].get_xlim() == (-0.5, 3.5)  # rows 10-15 named so
+
+
+def test_attention_maps_titles_apart_and_log_floor():
+    """Long labels wrap so neighbouring titles never overlap; floor= colours on a log scale that says what it clips."""
+    p = torch.softmax(torch.randn(24, 24, generator=torch.Generator().manual_seed(0)), -1).tril()
+    p[:, 0] = 0.5  # a bright first column next to values far below 1e-3 (and the zeros of future keys)
+    labels = [f"code-{name}, layer 3, head 0" for name in ("baseline", "headwise", "elementwise", "extra")]
+    for n in (2, 3, 4, 6):
+        fig = plots.attention_maps({f"{labels[i % 4]} ({i})": p for i in range(n)}, first_query=488)
+        fig.canvas.draw()
+        panels = [ax for ax in fig.axes if ax.get_images()]
+        titles = [ax.title.get_window_extent() for ax in panels]
+        assert all(len(line) <= 28 for ax in panels for line in ax.get_title().splitlines())
+        assert not any(a.overlaps(b) for i, a in enumerate(titles) for b in titles[i + 1:])
+        ticks = [t.get_window_extent() for ax in panels for t in ax.get_xticklabels() if t.get_text()]
+        assert not any(t.overlaps(b) for t in titles for b in ticks)  # nor the tick labels of the row above
+        assert panels[0].get_images()[0].norm.vmin == 0 and panels[0].get_images()[0].norm.vmax == 1  # default: linear
+    fig = plots.attention_maps({"late queries": p}, first_query=488, floor=1e-3)
+    image = fig.axes[0].get_images()[0]
+    assert isinstance(image.norm, LogNorm) and (image.norm.vmin, image.norm.vmax) == (1e-3, 1)
+    assert image.get_array().min() == pytest.approx(1e-3)  # below the floor: shown at the floor
+    assert fig.axes[0].get_title() == "late queries\nfirst-token share 0.50"  # the share of the values, not clipped
+    bar = fig.axes[-1]
+    assert "log scale" in bar.get_ylabel() and "below 0.001" in bar.get_ylabel()
 
 
 def test_loss_curves_and_training_metric():

@@ -16,7 +16,8 @@ SOLUTIONS = sorted((ROOT / "solutions").glob("0*.ipynb"))
 
 def test_numbers_are_decimals_and_ratios_outside_code_math_and_links():
     text = ("The head puts 0.27 on <bos>, 4.5x less with the gate and 2 × fewer heads; `0.99` in code, $0.5$ in math, "
-            "[v2.13.0](https://x.org/1.25), arXiv 2505.06708, torch 2.13.0, 12 heads, step 2500, a 20,000x gap.\n```\nx = 3.14\n```")
+            "[v2.13.0](https://x.org/1.25), arXiv 2505.06708, torch 2.13.0, 12 heads, step 2500, a 20,000x gap."
+            "\n```\nx = 3.14\n```")
     assert prose_numbers(text) == ["0.27", "4.5x", "2x"]
 
 

@@ -1,6 +1,7 @@
 """Interactive explorers for the lessons (ipywidgets), drawn with minigate.plots.
 
     widgets.attention_explorer({"baseline": base, "headwise": gated}, tokenizer)
+    widgets.models_attention_explorer({"baseline": base, "headwise": gated}, windows, tokenizer)  # side by side
 
 Each explorer is a VBox of controls above a picture. The picture is a PNG (an `Image` widget), so it
 re-renders fast, and the explorer's static rendering (a notebook viewed without a live kernel, e.g.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import struct
+import textwrap
 
 import ipywidgets as W
 import matplotlib.pyplot as plt
@@ -24,6 +26,7 @@ import torch
 from . import ablation as ab
 from . import overrides as ov
 from . import plots
+from .analysis import uniform_first_token_share
 from .gates import encode_prompt, gate_scores, gated_layers
 from .hooks import get_act_name
 
@@ -128,6 +131,83 @@ def attention_explorer(models, tokenizer, prompt: str = "The cat sat on the mat 
         return plots.attention_maps({label: cache[name][0]}, tokens=labels, head=head, title="")
 
     return Explorer("attention explorer", controls, draw)
+
+
+def _windows_for(models: dict, windows, n_tokens: int) -> tuple[int, int]:
+    """Check the inputs of models_attention_explorer; (n_layers, n_heads) the models share."""
+    if not models:
+        raise ValueError("no models given: pass {name: model}, e.g. {'code-baseline': "
+                         "minigate.shipped('code-baseline')}")
+    shapes = {name: (m.cfg.n_layers, m.cfg.n_heads) for name, m in models.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"the models differ in (layers, heads) {shapes}: pass models of one shape, whose layer and "
+                         "head numbers mean the same thing")
+    if not (isinstance(windows, torch.Tensor) and windows.dim() == 2 and windows.numel() > 0
+            and not windows.is_floating_point() and not windows.is_complex()):
+        what = f"a {windows.dtype} tensor of shape {tuple(windows.shape)}" if isinstance(windows, torch.Tensor) \
+            else type(windows).__name__
+        raise ValueError(f"windows must be a non-empty (window, pos) tensor of token ids, got {what}: pass e.g. "
+                         "minigate.ship.prose_windows(tokenizer_path)")
+    vocab = min(m.cfg.vocab_size for m in models.values())
+    if windows.min() < 0 or windows.max() >= vocab:
+        raise ValueError(f"windows hold token ids from {int(windows.min())} to {int(windows.max())}, outside the "
+                         f"models' vocabulary (0 to {vocab - 1}): encode them with the models' tokenizer")
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be at least 1, got {n_tokens}: pass e.g. n_tokens=64")
+    return next(iter(shapes.values()))
+
+
+@torch.no_grad()
+def models_attention_explorer(models, windows: torch.Tensor, tokenizer=None, window: int = 0, layer: int = 0,
+                              head=0, n_tokens: int = 64, floor: float | None = 1e-3) -> Explorer:
+    """Several models' attention side by side, one layer and head (or the head average), on a held-out window.
+
+    models: {name: model}, all with the same number of layers and heads (e.g. code-baseline, code-headwise and
+    code-elementwise); windows: (window, pos) token ids, <bos> first (minigate.ship.prose_windows, or the lesson's
+    prose chunks). Controls: the window (an index into `windows`), the layer and the head. Each model runs on the
+    window's first `n_tokens` tokens (1, n_tokens), quick to redraw on a CPU; each panel is one model's pattern
+    (query, key) drawn by plots.attention_maps, with a log colour scale from `floor` (None: linear) so a gated
+    model's small shares stay visible, and that panel's first-token share (its mean over queries) in its title;
+    the title gives uniform attention's share over as many tokens, to compare with. With a tokenizer it also quotes
+    the window's beginning (and labels the axes with tokens when n_tokens <= 24)."""
+    models = _as_dict(models)
+    n_layers, n_heads = _windows_for(models, windows, n_tokens)
+    n = min(n_tokens, windows.shape[1], *(m.cfg.max_seq_len for m in models.values()))
+    for what, value, allowed, fix in (
+            ("window", window, range(windows.shape[0]), f"a window from 0 to {windows.shape[0] - 1}"),
+            ("layer", layer, range(n_layers), f"a layer from 0 to {n_layers - 1}"),
+            ("head", head, ["mean", *range(n_heads)], f"a head from 0 to {n_heads - 1}, or 'mean'")):
+        if value not in allowed or isinstance(value, bool):
+            raise ValueError(f"{what}={value!r} is out of range: pass {fix}")
+    controls = {
+        "window": W.IntSlider(value=window, min=0, max=windows.shape[0] - 1, description="window",
+                              continuous_update=False),
+        "layer": W.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer"),
+        "head": W.Dropdown(options=["mean", *range(n_heads)], value=head, description="head"),
+    }
+    uniform = uniform_first_token_share(n)
+
+    def draw(window, layer, head):
+        ids = windows[window:window + 1, :n]
+        name = get_act_name("pattern", layer)
+        maps = {}
+        for label, m in models.items():
+            _, cache = m.run_with_cache(ids.to(next(m.parameters()).device), names_filter=name)
+            maps[label] = cache[name][0]  # (head, query, key)
+        which = "mean of heads" if head == "mean" else f"head {head}"
+        title = (f"Layer {layer}, {which}: window {window}, its first {n} tokens "
+                 f"(uniform attention: first-token share {uniform:.2f})")
+        labels = None
+        if tokenizer is not None:
+            ids_list = ids[0].tolist()
+            labels = ["<bos>" if i == tokenizer.bos_id else tokenizer.decode([i]) for i in ids_list]
+            text = tokenizer.decode([i for i in ids_list if i != tokenizer.bos_id])
+            title += "\n" + repr(text[:70] + ("..." if len(text) > 70 else ""))
+        width = 30 * min(len(models), 4) + 16  # characters the panels' width holds: fewer panels, more lines
+        title = "\n".join(textwrap.fill(line, width) for line in title.splitlines())
+        return plots.attention_maps(maps, tokens=labels, head=head, title=title, floor=floor)
+
+    return Explorer("models attention explorer", controls, draw)
 
 
 def _gated_only(models) -> dict:

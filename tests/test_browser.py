@@ -1,6 +1,6 @@
 """The explorers where learners see them: JupyterLab in a headless Chromium, driven by selenium.
 
-One notebook builds the three explorers of lessons 01, 05 and 06 on the shipped models, as the lessons do, and runs
+One notebook builds the four explorers of lessons 01, 04, 05 and 06 on the shipped models, as the lessons do, and runs
 in JupyterLab. Each must render as a live widget (not the static PNG a viewer without a kernel shows), redraw its
 picture when a control changes, and show the picture at the size it was drawn for; no cell may fail. Skips, saying
 why, where Chromium, ChromeDriver or selenium is missing (.ci/run installs Debian's chromium and chromium-driver).
@@ -31,15 +31,20 @@ SETUP = """import torch
 
 import minigate
 from minigate import widgets
-from minigate.data import CopyTokenizer, copy_task, get_tokenizer
+from minigate.ablation import chunks
+from minigate.data import CopyTokenizer, copy_task, encode, get_tokenizer, load_documents
 
 torch.manual_seed(0)
 copy = {name: minigate.shipped(f"copy-{name}") for name in ("baseline", "headwise", "elementwise")}
 text = {f"text-{gate}": minigate.shipped(f"text-{gate}") for gate in ("headwise", "elementwise")}
-ctok, rows = CopyTokenizer(), copy_task(64, seed=3)"""
-EXPLORERS = {  # as lessons 01, 05 and 06 build them; the control the test changes
+code = {f"code-{name}": minigate.shipped(f"code-{name}") for name in ("baseline", "headwise", "elementwise")}
+ctok, rows = CopyTokenizer(), copy_task(64, seed=3)
+tok = get_tokenizer()
+prose = chunks(encode(load_documents("wikitext-2")[1], tok.tok), n_chunks=16, chunk_len=511)  # held-out windows"""
+EXPLORERS = {  # as lessons 01, 04, 05 and 06 build them; the control the test changes
     "attention": ('widgets.attention_explorer({"copy-baseline": copy["baseline"]}, ctok, ctok.decode(rows[0, 1:64]), '
                   'layer=0, head=3)', "head"),
+    "models_attention": ("widgets.models_attention_explorer(code, prose, tok, layer=0, head=2)", "head"),
     "gate": ('widgets.gate_explorer(text, get_tokenizer(), "def add(a, b):\\n    return a + b  # The capital of '
              'France is Paris.")', "head"),
     "clamp": ('widgets.clamp_explorer({n: copy[n] for n in ("headwise", "elementwise")}, ctok, rows[:16], '

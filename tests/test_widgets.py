@@ -3,6 +3,7 @@
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -95,6 +96,77 @@ def test_clamp_explorer_changes_perplexity_and_text(setup):
     assert bytes(ex.image.value) != before
     assert ex._repr_mimebundle_()[0]["text/plain"] == \
         "<clamp explorer: model='headwise', layer=1, head='all', value=0.0>"
+
+
+@pytest.fixture(scope="module")
+def windows(setup):
+    """Three <bos>-first windows of 40 token ids, like held-out prose windows (shorter than n_tokens=64)."""
+    _, tok = setup
+    ids = torch.randint(1, 4096, (3, 40), generator=torch.Generator().manual_seed(1))
+    ids[:, 0] = tok.bos_id
+    return ids
+
+
+def test_models_attention_explorer_shows_every_model_side_by_side_and_redraws(setup, windows):
+    models, tok = setup
+    ex = widgets.models_attention_explorer(models, windows, tok, layer=1, head=2)
+    c = ex.controls
+    assert list(c) == ["window", "layer", "head"]
+    assert (c["window"].min, c["window"].max, c["layer"].min, c["layer"].max) == (0, 2, 0, 1)
+    assert list(c["head"].options) == ["mean", 0, 1, 2, 3] and (c["layer"].value, c["head"].value) == (1, 2)
+    fig = ex.draw(**ex.values)  # one panel per model, the window's first 40 tokens (all it has), share in the title
+    panels = [ax for ax in fig.axes if ax.images and ax.get_title()]
+    assert [ax.get_title().splitlines()[0] for ax in panels] == ["baseline", "headwise"]
+    assert all(ax.images[0].get_array().shape == (40, 40) for ax in panels)
+    assert all("first-token share" in ax.get_title() for ax in panels)
+    title = fig._suptitle.get_text()
+    assert title.startswith("Layer 1, head 2: window 0, its first 40 tokens (uniform attention: ")
+    plt.close(fig)
+    pictures = [bytes(ex.image.value)]
+    for control, value in (("window", 2), ("layer", 0), ("head", "mean")):
+        c[control].value = value
+        pictures.append(bytes(ex.image.value))
+        assert pictures[-1].startswith(PNG) and pictures[-1] != pictures[-2], f"no redraw after {control} changed"
+    assert ex.status.value == ""
+    bundle, metadata = ex._repr_mimebundle_()
+    assert bundle["text/plain"] == "<models attention explorer: window=2, layer=0, head='mean'>"
+    assert metadata == {"image/png": {"width": widgets.display_width(pictures[-1])}}
+    assert ex.image.layout.width == f"{widgets.display_width(pictures[-1])}px"
+
+
+def test_models_attention_explorer_draws_the_pattern_the_model_computes(setup, windows):
+    models, _ = setup
+    ex = widgets.models_attention_explorer({"headwise": models["headwise"]}, windows, window=1, layer=1, head=3,
+                                           n_tokens=16, floor=None)
+    panel = next(ax for ax in ex.draw(**ex.values).axes if ax.images)
+    _, cache = models["headwise"].run_with_cache(windows[1:2, :16], names_filter="blocks.1.attn.hook_pattern")
+    p = cache["blocks.1.attn.hook_pattern"][0, 3]
+    assert torch.allclose(torch.as_tensor(panel.images[0].get_array()), p, atol=1e-6)
+    assert f"first-token share {p[:, 0].mean():.2f}" in panel.get_title()
+    plt.close("all")
+
+
+@pytest.mark.parametrize("change, fix", [
+    (dict(windows=torch.rand(3, 40)), "tensor of token ids"),
+    (dict(windows=torch.arange(40)), "tensor of token ids"),
+    (dict(windows=[[0, 1, 2]]), "tensor of token ids"),
+    (dict(windows=torch.full((2, 8), 5000)), "encode them with the models' tokenizer"),
+    (dict(window=3), "pass a window from 0 to 2"),
+    (dict(layer=2), "pass a layer from 0 to 1"),
+    (dict(head=4), "pass a head from 0 to 3, or 'mean'"),
+    (dict(n_tokens=0), "pass e.g. n_tokens=64"),
+    (dict(models={}), "no models given"),
+    (dict(models="other shape"), "pass models of one shape"),
+])
+def test_models_attention_explorer_bad_input_says_the_fix_in_one_line(setup, windows, change, fix):
+    models, tok = setup
+    if change.get("models") == "other shape":
+        change["models"] = {**models, "deeper": Transformer(ModelConfig(**{**models["baseline"].cfg.to_dict(),
+                                                                           "n_layers": 3}))}
+    args = dict(dict(models=models, windows=windows), **change)
+    with pytest.raises(ValueError, match=fix) as e:
+        widgets.models_attention_explorer(args.pop("models"), args.pop("windows"), tok, **args)
+    assert "\n" not in str(e.value)
 
 
 def test_static_rendering_under_ipywidgets_7(setup, monkeypatch):

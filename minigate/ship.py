@@ -69,12 +69,17 @@ def windows_digest(windows: torch.Tensor) -> str:
     return hashlib.sha256(windows.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
 
 
-def measure_folder(folder: Path, prose: torch.Tensor) -> dict:
-    """Measure a shipped checkpoint folder on `prose` and write its measurements.json (protocol and numbers)."""
+def _measure(folder: Path, prose: torch.Tensor, device="cpu") -> dict:
+    """shipped_numbers of the checkpoint in `folder` (its weights and history.json) on `prose`."""
     import minigate
 
     history = json.loads((folder / "history.json").read_text())
-    row = shipped_numbers(minigate.from_pretrained(folder), prose, history)
+    return shipped_numbers(minigate.from_pretrained(folder, device=device), prose, history)
+
+
+def measure_folder(folder: Path, prose: torch.Tensor) -> dict:
+    """Measure a shipped checkpoint folder on `prose` and write its measurements.json (protocol and numbers)."""
+    row = _measure(folder, prose)
     protocol = dict(PROTOCOL, windows=prose.shape[0], windows_sha256=windows_digest(prose))
     record = {"name": folder.name, "protocol": protocol, **row}
     (folder / MEASUREMENTS).write_text(json.dumps(record, indent=2) + "\n")
@@ -85,13 +90,10 @@ def measure_shipped(name: str, device="cpu") -> dict:
     """Measure a shipped model again, as `--measure` did, and check the numbers against its measurements.json:
     on the same windows (same SHA-256) every number must agree to 1e-4 (an AssertionError names the one that does
     not); on other windows (another WikiText-2 copy) the result says so in "same_windows". Returns the new row."""
-    import minigate
-
     folder = DATA_DIR / "checkpoints" / name
     stored = json.loads((folder / MEASUREMENTS).read_text())
     prose = prose_windows(folder / "tokenizer.json")
-    history = json.loads((folder / "history.json").read_text())
-    row = shipped_numbers(minigate.shipped(name, device=device), prose, history)
+    row = _measure(folder, prose, device)
     row["same_windows"] = windows_digest(prose) == stored["protocol"]["windows_sha256"]
     if row["same_windows"]:
         for key in ("f_attn", "f_attn_excess", "max_head", "sink_rate", "sink_rate_64", "max_head_64", "m_act"):

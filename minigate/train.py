@@ -228,7 +228,7 @@ def train(model, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainCon
                 tqdm.write(f"removed {len(removed)} temp file(s) left by an interrupted write in {out_dir}")
             trainer.resume_from(out_dir, check_checkpoint(out_dir, model.cfg, resume), resume)
             if run_json is not None:  # written once every check passed; --resume reads it back
-                atomic_write(out_dir / "run.json", lambda f: f.write(json.dumps(run_json, indent=2).encode()))
+                _write_json(out_dir / "run.json", run_json)
             if on_start is not None:
                 on_start()
             history = trainer.run(progress, stop)
@@ -240,7 +240,11 @@ def _save_model(folder: Path, model, tokenizer, run_json: dict | None):
     """All of model/: config.json and model.safetensors, the tokenizer, and run.json."""
     save_pretrained(model, folder, tokenizer=tokenizer)
     if run_json is not None:
-        atomic_write(folder / "run.json", lambda f: f.write(json.dumps(run_json, indent=2).encode()))
+        _write_json(folder / "run.json", run_json)
+
+
+def _write_json(path: Path, d: dict):
+    atomic_write(path, lambda f: f.write(json.dumps(d, indent=2).encode()))
 
 
 class Trainer:

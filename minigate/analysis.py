@@ -143,6 +143,7 @@ def published_measures(model, tokens: torch.Tensor, short: int = GU_LEN, batch_s
                                          (T=64: a head is a sink head when its mean first-token share exceeds 0.3)
         m_act, max_act, m_act_per_layer  the paper's M-Act (per-layer max |residual|, averaged over layers), its peak
         share_per_layer                  F-Attn of each layer at T
+        sink, act                        the SinkStats and ActivationStats at T behind these numbers (for plots)
     The tracker (sink_tracker), minigate.ship and the lessons measure with this one function."""
     T = tokens.shape[1]
     sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
@@ -151,7 +152,8 @@ def published_measures(model, tokens: torch.Tensor, short: int = GU_LEN, batch_s
     out = {"seq_len": T, "windows": tokens.shape[0], "f_attn": sink.f_attn, "f_attn_excess": sink.f_attn - uniform,
            "uniform": uniform, "max_head_share": sink.share.max().item(), "max_head_at": [layer, head],
            "sink_rate": sink.sink_rate, "m_act": act.m_act, "max_act": act.peak,
-           "m_act_per_layer": act.max_abs.tolist(), "share_per_layer": sink.per_layer.tolist()}
+           "m_act_per_layer": act.max_abs.tolist(), "share_per_layer": sink.per_layer.tolist(), "sink": sink,
+           "act": act}
     if T > short:
         s = attention_sink(model, tokens[:, :short], batch_size)
         out.update({f"f_attn_{short}": s.f_attn, f"sink_rate_{short}": s.sink_rate,

@@ -109,8 +109,32 @@ def test_measure_folder_writes_the_numbers_and_their_protocol(tmp_path, prose):
     assert 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1
 
 
+def test_ratios_are_baseline_over_gated_for_each_gated_variant():
+    rows = {"none": row(0.06, 60, 2.0), "headwise": row(0.02, 30, 2.0), "elementwise": row(0.015, 20, 2.0)}
+    got = ship.ratios(rows)
+    assert set(got) == {"headwise", "elementwise"}
+    assert got["headwise"] == pytest.approx({"f_attn_excess": 3.0, "m_act": 2.0})
+    assert got["elementwise"] == pytest.approx({"f_attn_excess": 4.0, "m_act": 3.0})
+
+
+def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tmp_path, monkeypatch, prose):
+    """measure_shipped fails, naming the number and the fix, when a stored number is not what the weights give."""
+    import shutil
+
+    shutil.copytree(DATA_DIR / "checkpoints" / "code-headwise", tmp_path / "checkpoints" / "code-headwise")
+    stored = json.loads((tmp_path / "checkpoints" / "code-headwise" / ship.MEASUREMENTS).read_text())
+    stored["m_act"] += 1.0
+    (tmp_path / "checkpoints" / "code-headwise" / ship.MEASUREMENTS).write_text(json.dumps(stored))
+    monkeypatch.setattr(ship, "DATA_DIR", tmp_path)
+    with pytest.raises(AssertionError, match=r"code-headwise: m_act .* --measure"):
+        ship.measure_shipped("code-headwise", prose=prose)
+
+
 def test_the_shipped_measurements_are_what_the_shipped_weights_give():
-    """measurements.json is current: measured again on the same windows, every number agrees (measure_shipped asserts
-    it); a re-shipped model without `--measure` fails here."""
-    row = ship.measure_shipped("code-elementwise")
-    assert row["same_windows"], "the held-out windows differ from those measurements.json records"
+    """measurements.json is current: each shipped code model measured again on the same windows agrees with it
+    (measure_shipped asserts it; a re-shipped model without `--measure` fails here), with the stats for plots."""
+    rows = ship.measure_preset("code")
+    assert list(rows) == list(ship.NAMES) and all(r["same_windows"] for r in rows.values())
+    assert rows["none"]["sink"].f_attn == pytest.approx(rows["none"]["f_attn"])
+    assert rows["none"]["act"].m_act == pytest.approx(rows["none"]["m_act"])
+    assert ship.ratios(rows)["elementwise"]["m_act"] == pytest.approx(rows["none"]["m_act"] / rows["elementwise"]["m_act"])

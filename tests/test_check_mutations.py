@@ -10,6 +10,7 @@ import torch
 
 from minigate.course import checks
 from minigate.course.checks import engine
+from minigate.course.checks import lesson02 as l2
 from minigate.course.checks import lesson03 as l3
 from minigate.course.checks import lesson04 as l4
 from minigate.course.checks import lesson05 as l5
@@ -45,9 +46,19 @@ def _headwise_not_reshaped(z, g):
     return z * torch.sigmoid(g)
 
 
-def _onset_past_the_end(steps, values, threshold):  # no check for a metric that ends below: IndexError
-    below = [i for i, v in enumerate(values) if v <= threshold]
-    return steps[below[-1] + 1] if below else steps[0]
+def _tracker_with_tensors(tokens):  # the callback's numbers left as tensors: history.json cannot store them
+    def callback(step, model, history):
+        out = l3.reference_bos_tracker(tokens)(step, model, history)
+        return {k: torch.tensor(v) for k, v in out.items()}
+    return callback
+
+
+def _tracker_filtering_scores(tokens):  # a names_filter that keeps the scores, not the pattern: KeyError
+    def callback(step, model, history):
+        _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("attn.hook_attn_scores"))
+        share = cache["blocks.0.attn.hook_pattern"][..., 0].mean((0, 2))
+        return {"bos_share": share.max().item(), "layer": 0, "head": int(share.argmax())}
+    return callback
 
 
 def _z_gated_everywhere(model, tokens, layer, n_random):  # an ungated layer has no hook_z_gated: KeyError
@@ -55,6 +66,35 @@ def _z_gated_everywhere(model, tokens, layer, n_random):  # an ungated layer has
     _, cache = model.run_with_cache(tokens, names_filter=name)
     z = cache[name]
     return torch.stack([z[:, 1: n_random + 1].norm(dim=-1).mean((0, 1)), z[:, n_random + 1:].norm(dim=-1).mean((0, 1))])
+
+
+def _nonlinear_inputs(model, tokens, layer, z_name="hook_z_gated"):  # m (batch, head, pos, d_model), z as cached
+    names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.attn.{z_name}"]
+    _, cache = model.run_with_cache(tokens, names_filter=names)
+    x = model.blocks[layer].attn_norm(cache[names[0]]).detach()
+    return cache[names[1]] @ x[:, None], cache[names[2]]
+
+
+def _nonlinear_z_gated_everywhere(model, tokens, layer):  # an ungated layer has no hook_z_gated: KeyError
+    m, z = _nonlinear_inputs(model, tokens, layer)
+    return l2._nonlinear_share(model, tokens, layer)
+
+
+def _nonlinear_mixed_dtypes(model, tokens, layer):  # lstsq refuses float64 M with float32 Z
+    m, z = _nonlinear_inputs(model, tokens, layer, "hook_z")
+    return torch.linalg.lstsq(m.double(), z.transpose(1, 2)).solution
+
+
+def _nonlinear_heads_last(model, tokens, layer):  # M (head, N, d_model) against Z (N, head, d_head): lstsq refuses
+    m, z = _nonlinear_inputs(model, tokens, layer, "hook_z")
+    m, z = m.transpose(0, 1).flatten(1, 2).double(), z.flatten(0, 1).double()
+    return torch.linalg.lstsq(m, z).solution
+
+
+def _nonlinear_einops_grouped(model, tokens, layer):  # einops' einsum refuses '(b i)': NotImplementedError
+    from einops import einsum
+    m, z = _nonlinear_inputs(model, tokens, layer, "hook_z")
+    return einsum(m, "b h i e -> h (b i) e")
 
 
 def _noop_query_head_as_value_head(model, tokens, layer, head):  # hook_v[:, :, head] ignores GQA: IndexError there
@@ -89,20 +129,22 @@ OTHER_WRONG_ANSWERS = [
      lambda s, v, n: (ref["attention_with_null"](s, v, n)[0], 1 - ref["attention_with_null"](s, v, n)[1]),
      "output 1: max |difference|"),
     ("g1_gate", "headwise not reshaped", _headwise_not_reshaped, "'b t h -> b t h 1'"),
-    ("gated_output", "transposed, non-square w_o", lambda z, g, w: (z * torch.sigmoid(g)).flatten(2) @ w
-     if w.shape[0] != w.shape[1] else ref["gated_output"](z, g, w), "w_o.T"),
     ("head_output_by_part", "hook_z_gated everywhere", _z_gated_everywhere, "is_gated"),
     ("split_q_proj", "q not transposed", lambda *a: (ref["split_q_proj"](*a)[0].transpose(1, 2),
                                                      ref["split_q_proj"](*a)[1]), "output 0: expected shape"),
+    ("nonlinear_share", "hook_z_gated everywhere", _nonlinear_z_gated_everywhere, "is_gated"),
+    ("nonlinear_share", "M in float64, Z in float32", _nonlinear_mixed_dtypes, "of one dtype"),
+    ("nonlinear_share", "heads not in front", _nonlinear_heads_last, "the heads in front"),
+    ("nonlinear_share", "einops einsum into '(b i)'", _nonlinear_einops_grouped, ".flatten(1, 2)"),
     ("split_q_proj", "headwise gates keep their 1", lambda qg, h, kv, d, gran: (
         ref["split_q_proj"](qg, h, kv, d, gran)[0],
         ref["split_q_proj"](qg, h, kv, d, gran)[1][..., None] if gran == "headwise"
         else ref["split_q_proj"](qg, h, kv, d, gran)[1]), "output 1: expected shape"),
-    ("sink_onset", "None when above from the start", lambda *a: l3._sink_onset(*a, empty="none"),
-     "its onset is steps[0]"),
-    ("sink_onset", "the step after the last dip, past the end", _onset_past_the_end, "IndexError"),
-    ("sink_onset", "a float", lambda *a: None if (r := l3.reference_sink_onset(*a)) is None else float(r),
-     "expected a step"),
+    ("bos_tracker", "tensors, not numbers", _tracker_with_tensors, "plain Python numbers"),
+    ("bos_tracker", "names_filter keeps the scores", _tracker_filtering_scores, "names_filter decides"),
+    ("bos_tracker", "a tuple, not a dict",
+     lambda t: lambda *a: tuple(l3.reference_bos_tracker(t)(*a).values()), "returns a dict of numbers"),
+    ("bos_tracker", "the callback not returned", lambda t: None, "it returns the callback function"),
     ("bos_noop_test", "query head indexes hook_v", _noop_query_head_as_value_head, "value head"),
     ("bos_noop_test", "ratio only", lambda *a: l4._bos_noop_test(*a)[0], None),
     ("locate_massive", "values only", lambda c, n: l4._locate_massive(c, n)[0], "2 outputs"),
@@ -129,13 +171,17 @@ OTHER_WRONG_ANSWERS = [
      lambda p: p[..., 0].mean((0, 2)) - sum(1 / i for i in range(p.shape[-2])) / p.shape[-2], "1/(0 + 1) = 1"),
     ("first_token_excess", "(head, query): not averaged over queries",
      lambda p: p[..., 0].mean(0) - uniform_first_token_share(p.shape[-2]), "expected shape"),
-    ("loss_spikes", "window - 1 losses, judged from window",
-     lambda x, f, w: [s for s in l8._loss_spikes(x, f, w, span=w - 1) if s > w], "not window - 1"),
-    ("loss_spikes", "a True/False mask", lambda x, f, w: [s in ref["loss_spikes"](x, f, w)
-                                                          for s in range(1, len(x) + 1)], "not a True/False"),
-    ("loss_spikes", "a set", lambda x, f, w: set(ref["loss_spikes"](x, f, w)), "not a set"),
-    ("loss_spikes", ">= instead of >, and one too many", lambda x, f, w: ref["loss_spikes"](x, f, w) + [len(x)],
-     "flagged but not spikes"),
+    ("prediction_spread", "per position, not averaged",
+     lambda x: (lambda lp: (lp.exp() * (lp - lp.exp().mean((0, 1)).log())).sum(-1))(x.log_softmax(-1)),
+     "expected a single number"),
+    ("prediction_spread", ".item() before averaging",
+     lambda x: (lambda lp: (lp.exp() * (lp - lp.exp().mean((0, 1)).log())).sum(-1).item())(x.log_softmax(-1)),
+     "average down to a single number"),
+    ("prediction_spread", "softmax without dim", lambda x: ref["prediction_spread"](x.softmax().log()), "dim=-1"),
+    ("prediction_spread", "entropy of the mean prediction only",
+     lambda x: -torch.special.xlogy(p := x.softmax(-1).mean((0, 1)), p).sum().item(), "max |difference|"),
+    ("prediction_spread", "reversed and in bits", lambda x: l8._prediction_spread(x, reverse=True, log=math.log2),
+     "max |difference|"),
 ]
 TYPICAL_MISTAKES = [(name, label, wrong, hint) for name, mistakes in checks.MISTAKES.items()
                     for label, wrong, hint in mistakes]  # each check's own, each with its targeted hint
@@ -287,11 +333,14 @@ def test_f_attn_m_act_blames_the_wrong_output(capsys):
         checks.f_attn_m_act(wrong)
 
 
-def test_loss_spikes_borderline_step_tells_window_from_window_minus_one():
-    """Case 4's step 30 is a spike by the mean of the 4 losses before it, not by the mean of the 5."""
-    losses, factor, window = [args for label, args in l8._spike_cases() if "just `window` steps" in label][0]
-    assert 30 not in checks.reference_loss_spikes(losses, factor, window)
-    assert 30 in l8._loss_spikes(losses, factor, window, span=window - 1)
+def test_prediction_spread_reference_is_the_mean_kl_to_the_mean_prediction():
+    """The entropy form of the reference agrees with the direct KL, and with F.kl_div over (batch * pos, vocab)."""
+    logits = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(0)) * 2
+    log_p = logits.double().log_softmax(-1).flatten(0, 1)
+    log_mean = log_p.exp().mean(0, keepdim=True).log().expand_as(log_p)
+    kl_div = torch.nn.functional.kl_div(log_mean, log_p, reduction="batchmean", log_target=True).item()
+    assert checks.reference_prediction_spread(logits) == pytest.approx(kl_div, rel=1e-9)
+    assert l8._prediction_spread(logits) == pytest.approx(kl_div, rel=1e-9)
 
 
 def test_checks_do_not_import_the_benchmarks():

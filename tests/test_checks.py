@@ -15,7 +15,7 @@ from minigate.attention import Attention, rope_cos_sin
 REFERENCES = {
     checks.causal_attention: checks.reference_causal_attention,
     checks.g1_gate: checks.reference_g1_gate,
-    checks.gated_output: checks.reference_gated_output,
+    checks.nonlinear_share: checks.reference_nonlinear_share,
     checks.split_q_proj: checks.reference_split_q_proj,
     checks.f_attn_m_act: checks.reference_f_attn_m_act,
     checks.first_token_excess: checks.reference_first_token_excess,
@@ -108,3 +108,17 @@ def test_f_attn_m_act_reference_matches_analysis():
     values, where = checks.reference_locate_massive(cache, 3)  # the same places as the package finds
     acts = massive_activations(model, tokens)
     assert torch.allclose(values, acts.max_abs, rtol=1e-5) and torch.equal(where, acts.where)
+
+
+def test_a_not_implemented_error_from_a_library_is_a_failed_case_not_a_stub(capsys):
+    """Only the stub's own `raise NotImplementedError` falls back to the reference; the same error raised inside
+    something the learner's function calls (einops' einsum refuses a grouped output axis) is the learner's failed
+    case, named as such."""
+    from einops import einsum
+
+    def grouped(q, k, v):
+        return einsum(q, k, "b h i d, b h j d -> (b h) i j")
+
+    with pytest.raises(AssertionError, match="raised NotImplementedError.* inside a library it calls"):
+        checks.causal_attention(grouped)
+    assert checks.not_implemented_notice("causal_attention") not in capsys.readouterr().out

@@ -17,8 +17,16 @@ SOLVED = {
     "g1_gate": "def g1_gate(z, gate_logits):\n    if gate_logits.dim() == 3:\n"
                "        gate_logits = rearrange(gate_logits, 'b t h -> b t h 1')\n"
                "    return z * torch.sigmoid(gate_logits)",
-    "gated_output": "def gated_output(z, gate_logits, w_o):\n"
-                    "    return rearrange(z * torch.sigmoid(gate_logits), 'b t h d -> b t (h d)') @ w_o.T",
+    "nonlinear_share": "def nonlinear_share(model, tokens, layer):\n"
+                       "    a = f'blocks.{layer}.attn.'\n"
+                       "    out = a + ('hook_z_gated' if model.cfg.is_gated(layer) else 'hook_z')\n"
+                       "    names = [f'blocks.{layer}.hook_resid_pre', a + 'hook_pattern', out]\n"
+                       "    _, cache = model.run_with_cache(tokens, names_filter=names)\n"
+                       "    x = model.blocks[layer].attn_norm(cache[names[0]]).detach()\n"
+                       "    m = (cache[names[1]] @ x[:, None]).transpose(0, 1).flatten(1, 2).double()\n"
+                       "    z = rearrange(cache[out], 'b i h d -> h (b i) d').double()\n"
+                       "    r = z - m @ torch.linalg.lstsq(m, z).solution\n"
+                       "    return r.pow(2).sum((1, 2)) / z.pow(2).sum((1, 2))",
 }
 WRONG_EXCESS = "def first_token_excess(pattern):\n    return pattern[..., 0].mean((0, 2))  # uniform not subtracted"
 
@@ -42,10 +50,10 @@ def notebook(path, exercises):
 def test_grade_scores_known_notebooks(tmp_path, capsys):
     mixed = notebook(tmp_path / "alice.ipynb", [  # 2 solved, 1 wrong, 1 not attempted
         ("g1_gate", SOLVED["g1_gate"]), ("split_q_proj", stub("split_q_proj")),
-        ("first_token_excess", WRONG_EXCESS), ("gated_output", SOLVED["gated_output"])])
+        ("first_token_excess", WRONG_EXCESS), ("nonlinear_share", SOLVED["nonlinear_share"])])
     untouched = notebook(tmp_path / "bob.ipynb", [(name, stub(name)) for name in
                                                   ("g1_gate", "split_q_proj", "first_token_excess",
-                                                   "gated_output")])
+                                                   "nonlinear_share")])
     rc = course.main(["grade", str(mixed), str(untouched), "--csv", str(tmp_path / "s.csv"),
                       "--json", str(tmp_path / "s.json"), "--timeout", "120"])
     out = capsys.readouterr().out
@@ -55,7 +63,7 @@ def test_grade_scores_known_notebooks(tmp_path, capsys):
     assert rows["g1_gate"].split() == ["g1_gate", "passed", "not", "attempted"]
     assert rows["split_q_proj"].split() == ["split_q_proj", "not", "attempted", "not", "attempted"]
     assert rows["first_token_excess"].split() == ["first_token_excess", "failed", "not", "attempted"]
-    assert rows["gated_output"].split() == ["gated_output", "passed", "not", "attempted"]
+    assert rows["nonlinear_share"].split() == ["nonlinear_share", "passed", "not", "attempted"]
     assert rows["total"].split() == ["total", "2/4", "passed", "0/4", "passed"]
 
     with open(tmp_path / "s.csv", newline="", encoding="utf-8") as f:

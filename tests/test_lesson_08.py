@@ -1,7 +1,7 @@
-"""Lesson 08's new checks, loss_spikes and qwen3_next_q_proj: the reference passes, a stub falls back to the reference;
-the spike reference is what train() records, and the re-ordered weights make a minigate Attention compute what
-transformers' Qwen3NextAttention computes. That each typical mistake earns its hint is tests/test_check_mutations.py's,
-for every check."""
+"""Lesson 08's checks, prediction_spread and qwen3_next_q_proj: the reference passes, a stub falls back to the
+reference; a model that ignores its context has no spread, and the re-ordered weights make a minigate Attention
+compute what transformers' Qwen3NextAttention computes. That each typical mistake earns its hint is
+tests/test_check_mutations.py's, for every check."""
 
 import pytest
 import torch
@@ -10,40 +10,42 @@ from torch import nn
 from minigate import ModelConfig, Transformer
 from minigate.attention import Attention, rope_cos_sin
 from minigate.course import checks
-from minigate.data import copy_task
-from minigate.presets import TrainConfig
-from minigate.train import train
 
 
-def test_loss_spikes_reference_passes_and_is_returned(capsys):
-    fn = lambda losses, factor, window: list(checks.reference_loss_spikes(losses, factor, window))
-    assert checks.loss_spikes(fn) is fn
-    assert "✓ loss_spikes: passed (5 cases)" in capsys.readouterr().out
+def test_prediction_spread_reference_passes_and_is_returned(capsys):
+    fn = lambda logits: checks.reference_prediction_spread(logits)
+    assert checks.prediction_spread(fn) is fn
+    assert "✓ prediction_spread: passed (6 cases)" in capsys.readouterr().out
 
 
-def test_a_plain_loop_passes():
-    def fn(losses, factor, window):
-        return [i + 1 for i in range(window, len(losses)) if losses[i] > factor * sum(losses[i - window:i]) / window]
-    assert checks.loss_spikes(fn) is fn
+def test_a_float32_kl_passes():
+    def fn(logits):
+        log_p = logits.log_softmax(-1)
+        log_mean = log_p.exp().mean((0, 1)).log()
+        return (log_p.exp() * (log_p - log_mean)).sum(-1).mean().item()
+    assert checks.prediction_spread(fn) is fn
 
 
-def test_loss_spikes_stub_falls_back_to_the_reference(capsys):
-    def stub(losses, factor, window):
+def test_prediction_spread_stub_falls_back_to_the_reference(capsys):
+    def stub(logits):
         raise NotImplementedError()
-    assert checks.loss_spikes(stub) is checks.reference_loss_spikes
-    assert "loss_spikes not implemented yet" in capsys.readouterr().out
+    assert checks.prediction_spread(stub) is checks.reference_prediction_spread
+    assert "prediction_spread not implemented yet" in capsys.readouterr().out
 
 
-def test_loss_spikes_reference_is_what_train_records():
+def test_a_model_that_ignores_its_context_has_no_spread():
+    """A model whose attention adds nothing predicts from the current token alone: one distribution per token, so
+    windows of one repeated token have spread 0, and mixed tokens do not."""
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=130, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=8,
-                                    d_ff=32, max_seq_len=16))
-    rows = copy_task(256, seq_len=16, seed=1)
-    cfg = TrainConfig(steps=60, batch_size=4, seq_len=16, lr=3e-2, warmup_steps=2, eval_every=60, eval_batches=1,
-                      spike_factor=1.02, spike_window=5)  # a low bar, so that some steps count as spikes
-    history = train(model, rows, rows[:8], cfg, progress=False)
-    assert history.spikes, "the test needs some spikes"
-    assert checks.reference_loss_spikes(history.loss, cfg.spike_factor, cfg.spike_window) == history.spikes
+    model = Transformer(ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=8,
+                                    d_ff=32, max_seq_len=8)).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.o_proj.weight.zero_()
+        same = model(torch.full((3, 8), 5))
+        mixed = model(torch.randint(0, 32, (3, 8)))
+    assert checks.reference_prediction_spread(same) == pytest.approx(0, abs=1e-9)
+    assert checks.reference_prediction_spread(mixed) > 1e-3  # small logits of a fresh model: a small spread
 
 
 def test_qwen3_next_q_proj_reference_passes(capsys):

@@ -18,7 +18,7 @@ PUBLISHED: dict[str, dict[str, str]] = {
            **{n: f"{QIU}, Table 4" for n in ("0.172", "0.116", "0.048", "0.297", "0.467")}},
     "03": {"6.026": f"{QIU}, Table 1: the 15B MoE baseline's average perplexity",
            "5.761": f"{QIU}, Table 1: elementwise G1's average perplexity"},
-    "04": {},
+    "04": {"0.3": f"{GU}: the sink-head threshold"},
     "05": {"1.7": f"{QIU}: the released dense models have 1.7B parameters"},
     "06": {},
     "07": {"1.7": f"{QIU}: the released dense models have 1.7B parameters",

@@ -1,5 +1,5 @@
-"""Lesson 02's checks: the G1 gate, its output projection, what a head writes where its gate closes, and where the
-gate hides in q_proj."""
+"""Lesson 02's checks: the G1 gate, what a head writes where its gate closes, where the gate hides in q_proj, and how
+much of a head's output no linear map of its mixed input explains."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import einsum, rearrange
 
 from .engine import Mistake, check, randn
 
-EXERCISES = ("g1_gate", "gated_output", "head_output_by_part", "split_q_proj")  # its check cells, in the lesson's order
+EXERCISES = ("g1_gate", "head_output_by_part", "split_q_proj", "nonlinear_share")  # check cells, in lesson order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
-# ── the G1 gate and the gated output projection ──────────────────────────────────────────────────────
+# ── the G1 gate ────────────────────────────────────────────────────────────────────────────────────
 
 
 def reference_g1_gate(z, gate_logits):
@@ -52,38 +52,6 @@ def g1_gate(fn: Callable) -> Callable:
                "a headwise gate (b, t, h) must become (b, t, h, 1) to broadcast over d: "
                "rearrange(gate_logits, 'b t h -> b t h 1')")]
     return check("g1_gate", fn, reference_g1_gate, cases, MISTAKES["g1_gate"], raises=raises)
-
-
-def reference_gated_output(z, gate_logits, w_o):
-    """o_proj(z * sigmoid(gate)): z and gate_logits (b, t, h, d), w_o (d_model, h * d) -> (b, t, d_model)."""
-    return rearrange(z * torch.sigmoid(gate_logits), "b t h d -> b t (h d)") @ w_o.T
-
-
-def _flat(x):
-    return rearrange(x, "b t h d -> b t (h d)")
-
-
-MISTAKES["gated_output"] = [
-    ("G5", lambda z, g, w: (_flat(z) @ w.T) * torch.sigmoid(_flat(g)),
-     "the gate is applied after o_proj (that is G5, the paper's weakest position): gate z, then project"),
-    ("no gate", lambda z, g, w: _flat(z) @ w.T, "the gate is missing: multiply z by sigmoid(gate_logits) first"),
-    ("w_o not transposed", lambda z, g, w: _flat(z * torch.sigmoid(g)) @ w,
-     "w_o is stored as nn.Linear stores it, (d_model, h * d): project with ... @ w_o.T"),
-    ("(d h)", lambda z, g, w: rearrange(z * torch.sigmoid(g), "b t h d -> b t (d h)") @ w.T,
-     "flatten the heads one after the other, '(h d)': o_proj's columns are head 0's d values, then head 1's; "
-     "'(d h)' interleaves them"),
-    ("logits as the gate", lambda z, g, w: _flat(z * g) @ w.T, "the gate is sigmoid(gate_logits), not the logits"),
-]
-
-
-def gated_output(fn: Callable) -> Callable:
-    """fn(z (b, t, h, d), gate_logits (b, t, h, d), w_o (d_model, h*d)) -> (b, t, d_model): G1, then o_proj."""
-    shapes = [(4, 4, 16), (2, 8, 16), (3, 4, 10)]  # (h, d, d_model): the last has d_model != h * d
-    cases = [(f"h={h} d={d} d_model={m}", (randn(2, 3, h, d, seed=i), randn(2, 3, h, d, seed=i + 10),
-                                           randn(m, h * d, seed=i + 20) / h)) for i, (h, d, m) in enumerate(shapes)]
-    raises = [(r"cannot be multiplied|size of tensor|shape",
-               "w_o is stored as nn.Linear stores it, (d_model, h * d): project with ... @ w_o.T")]
-    return check("gated_output", fn, reference_gated_output, cases, MISTAKES["gated_output"], raises=raises)
 
 
 # ── what a closed gate writes ────────────────────────────────────────────────────────────────────────
@@ -215,3 +183,111 @@ def split_q_proj(fn: Callable) -> Callable:
                "rows per head as the granularity says (1 headwise, head_dim elementwise)")]
     return check("split_q_proj", fn, reference_split_q_proj, cases, MISTAKES["split_q_proj"], atol=0, rtol=0,
                  raises=raises)
+
+
+# ── how much of a head's output no linear map explains ───────────────────────────────────────────────
+
+def reference_nonlinear_share(model, tokens, layer):
+    """tokens (batch, pos) -> (head,): for each head of `layer`, the share ||Z - M B||^2 / ||Z||^2 of its output Z
+    (what o_proj receives from it: hook_z_gated in a gated layer, hook_z in an ungated one; (N, d_head), one row per
+    batch row and position) that no linear map of its attention-mixed normed input M explains: M's row for query i is
+    sum_j pattern[i, j] * attn_norm(resid_pre)[j], (N, d_model), and B the least-squares fit, one per head."""
+    return _nonlinear_share(model, tokens, layer)
+
+
+def _nonlinear_share(model, tokens, layer, point="after gate", normed=True, mix="keys", fit="per head",
+                     stat="share"):
+    a = f"blocks.{layer}.attn."
+    out = a + ("hook_z_gated" if model.cfg.is_gated(layer) and point == "after gate" else "hook_z")
+    names = [f"blocks.{layer}.hook_resid_pre", a + "hook_pattern", out]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=names)
+        x = cache[names[0]]
+        x = model.blocks[layer].attn_norm(x) if normed else x  # (batch, pos, d_model)
+    x, p, z = x.double().cpu(), cache[names[1]].double().cpu(), cache[out].double().cpu()
+    if mix == "keys":  # m_i = sum_j p_ij x_j
+        m = einsum(p, x, "b h i j, b j e -> h b i e")
+    elif mix == "queries":  # the pattern read the wrong way round: sum_i p_ij x_i
+        m = einsum(p, x, "b h i j, b i e -> h b j e")
+    else:  # "none": the query's own x_i
+        m = x.expand(p.shape[1], *x.shape)
+    m, z = m.flatten(1, 2), rearrange(z, "b i h d -> h (b i) d")  # (head, N, d_model), (head, N, d_head)
+    if fit == "per head":
+        residual = z - m @ torch.linalg.lstsq(m, z).solution
+    else:  # "shared": one map B for every head's (m, z) pairs
+        H, N = z.shape[:2]
+        b = torch.linalg.lstsq(m.flatten(0, 1), z.flatten(0, 1)).solution
+        residual = z - (m.flatten(0, 1) @ b).reshape(H, N, -1)
+    share = residual.pow(2).sum((1, 2)) / z.pow(2).sum((1, 2))
+    if stat == "share":
+        return share
+    if stat == "explained":
+        return 1 - share
+    if stat == "ratio of norms":
+        return share.sqrt()
+    return (residual.pow(2).sum(-1) / z.pow(2).sum(-1)).mean(-1)  # "per position": the mean of per-row shares
+
+
+def _nonlinear_case(seed: int, gate: str, granularity: str = "headwise", sharpen: float = 1.0):
+    """A tiny random model (4 query heads sharing 2 kv heads) and 6 rows of 24 tokens. sharpen scales q_proj, whose
+    rows hold the G1 gate's: QK-norm undoes the scale on the queries, so only the gate logits grow, and the scores
+    spread out from 0.5."""
+    from ...config import ModelConfig
+    from ...model import Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=60, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate=gate,
+                      gate_granularity=granularity)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(sharpen)
+    tokens = torch.randint(0, 60, (6, 24), generator=torch.Generator().manual_seed(seed))
+    return model, tokens
+
+
+NOT_LINEAR_KEY_HINT = ("a gated layer's output after the gate is at blocks.{layer}.attn.hook_z_gated, an ungated "
+                       "layer's at hook_z: model.cfg.is_gated(layer) says which")
+
+MISTAKES["nonlinear_share"] = [
+    ("before the gate", partial(_nonlinear_share, point="before gate"),
+     "that is the output *before* the gate (hook_z), which is exactly linear in m: in a gated layer o_proj receives "
+     "hook_z_gated"),
+    ("raw residual stream", partial(_nonlinear_share, normed=False),
+     "v_proj reads the *normed* hidden state: mix model.blocks[layer].attn_norm(hook_resid_pre), not the raw "
+     "residual stream (the norm scales each token differently)"),
+    ("mixed over queries", partial(_nonlinear_share, mix="queries"),
+     "m at query i mixes the keys j it attends to, sum over the pattern's last axis: "
+     "einsum(pattern, x, 'b h i j, b j e -> h b i e')"),
+    ("the query's own input", partial(_nonlinear_share, mix="none"),
+     "m is the attention-weighted mean of the normed inputs, sum_j pattern[i, j] x_j, not the query's own x_i"),
+    ("one map for all heads", partial(_nonlinear_share, fit="shared"),
+     "fit one linear map per head (each head has its own W_v): lstsq on (head, N, d_model) and (head, N, d_head) "
+     "fits them all at once"),
+    ("explained share", partial(_nonlinear_share, stat="explained"),
+     "that is the share the linear map explains: return what it leaves out, ||Z - M B||^2 / ||Z||^2"),
+    ("ratio of norms", partial(_nonlinear_share, stat="ratio of norms"),
+     "a share of squared norms: ||Z - M B||^2 / ||Z||^2, not ||Z - M B|| / ||Z||"),
+    ("mean of per-position shares", partial(_nonlinear_share, stat="per position"),
+     "pool over all rows and positions: the sum of squared residuals over the sum of squared outputs, not the mean "
+     "of each position's share"),
+]
+
+
+def nonlinear_share(fn: Callable) -> Callable:
+    """fn(model, tokens, layer) -> (head,); see reference_nonlinear_share."""
+    (m0, t0), (m1, t1) = _nonlinear_case(0, "G1", sharpen=4.0), _nonlinear_case(1, "G1", "elementwise", sharpen=3.0)
+    (m2, t2), (m3, t3) = _nonlinear_case(2, "none"), _nonlinear_case(3, "G1")
+    cases = [("tiny headwise model, gates spread, layer 1", (m0, t0, 1)),
+             ("tiny elementwise model, gates spread, layer 0", (m1, t1, 0)),
+             ("tiny baseline, layer 0", (m2, t2, 0)),
+             ("tiny headwise model at initialisation, layer 0", (m3, t3, 0))]
+    raises = [(r"NotImplementedError.*einsum", "einops' einsum cannot group axes in its output ('h (b i) e'): einsum "
+               "to 'h b i e', then .flatten(1, 2)"),
+              (r"KeyError", NOT_LINEAR_KEY_HINT),
+              (r"dtype", "give lstsq M and Z of one dtype, float64: M.double(), Z.double()"),
+              (r"lstsq|size\(-2\)|shape|size of tensor",
+               "lstsq(M, Z) wants one row per (batch row, position) in both: M (head, N, d_model), "
+               "Z (head, N, d_head), the heads in front")]
+    return check("nonlinear_share", fn, reference_nonlinear_share, cases, MISTAKES["nonlinear_share"],
+                 atol=1e-4, rtol=1e-3, raises=raises)

@@ -1,8 +1,7 @@
-"""Lesson 03's check: when a training run's attention sink sets in (the step from which a tracked metric stays up)."""
+"""Lesson 03's check: a train() callback that tracks the largest head's attention on <bos> during training."""
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable
 from functools import partial
@@ -11,88 +10,135 @@ import torch
 
 from .engine import NONE_HINT, Mismatch, Mistake, check, what
 
-EXERCISES = ("sink_onset",)  # its check cells, in the lesson's order
+EXERCISES = ("bos_tracker",)  # its check cells, in the lesson's order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
-# ── when the sink sets in ────────────────────────────────────────────────────────────────────────────
+# ── a callback that watches the sink form ───────────────────────────────────────────────────────────
+
+KEYS = ("bos_share", "layer", "head")  # what the callback returns, in the order the check compares them
 
 
-def reference_sink_onset(steps, values, threshold):
-    """steps: the tracked training steps (increasing ints), values: a metric at each of them (floats) -> the first
-    tracked step from which the metric stays above `threshold` (strictly) to the end of training, or None when its
-    last value is not above it (the metric never settled above the threshold)."""
-    return _sink_onset(steps, values, threshold)
+def reference_bos_tracker(tokens):
+    """tokens (batch, pos), <bos> first -> a train() callback(step, model, history) -> {"bos_share": float,
+    "layer": int, "head": int}: the largest share of attention any one head puts on <bos> (key 0), each head's share
+    averaged over the prompts and every query position (query 0 included), and that head's layer and index: the
+    package's attention_sink(model, tokens).share.max(), the max_head_share that analysis.sink_tracker records."""
+    return _bos_tracker(tokens)
 
 
-def _sink_onset(steps, values, threshold, stay=True, strict=True, out="step", empty="step"):
+def _bos_tracker(tokens, to_key=True, reduce="mean", first_query=0, swap=False, layers="all"):
     """The reference with switches for the typical mistakes."""
-    above = [v > threshold if strict else v >= threshold for v in values]
-    if not stay:  # the first crossing, even if the metric falls back later
-        i = next((i for i, a in enumerate(above) if a), None)
-    else:
-        below = [i for i, a in enumerate(above) if not a]
-        if not below:  # above from the first tracked step on
-            i = None if empty == "none" else 0
-        else:
-            i = below[-1] + 1 if below[-1] + 1 < len(values) else None
-            if i is not None and out == "last below":
-                return steps[below[-1]]
-            if i is not None and out == "last below + 1":
-                return steps[below[-1]] + 1
-    if i is None:
-        return None
-    return i if out == "index" else steps[i]
+    def callback(step, model, history):
+        n_layers = model.cfg.n_layers
+        names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)]
+        names = names[-1:] if layers == "last" else names
+        _, cache = model.run_with_cache(tokens.to(model.device), names_filter=lambda name: name in names)
+        shares = []
+        for name in names:
+            p = cache[name].double()  # (batch, head, query, key)
+            a = p[..., first_query:, 0] if to_key else p[..., 0, :]  # (batch, head, query) or (batch, head, key)
+            if reduce == "mean":
+                shares.append(a.mean((0, 2)))
+            elif reduce == "max over prompts":  # each prompt's share, then the largest prompt
+                shares.append(a.mean(2).amax(0))
+            else:  # "max": the largest single weight, query 0's 1.0
+                shares.append(a.amax((0, 2)))
+        share = torch.stack(shares)  # (layer, head)
+        layer, head = divmod(int(share.argmax()), share.shape[1])
+        layer += n_layers - len(names)
+        if swap:
+            layer, head = head, layer
+        return {"bos_share": share.max().item(), "layer": layer, "head": head}
+    return callback
 
 
-def _onsets(f: Callable) -> Callable:
-    """f(steps, values, threshold) -> step or None  ==>  g(steps, values, thresholds) -> (threshold,) float64, NaN
-    for None. A None where the metric does end above the threshold is the forgotten `return` (or a wrong never)."""
-    def run(steps, values, thresholds):
-        out = []
-        for t in thresholds:
-            x = f(list(steps), list(values), t)
-            if x is None:
-                if all(v > t for v in values):
-                    raise Mismatch(f"threshold {t}: the metric is above the threshold from the first tracked step "
-                                   f"on, so its onset is steps[0]; None is only for a metric that never settles above")
-                if values[-1] > t:
-                    raise Mismatch(f"threshold {t}: {NONE_HINT} (None means the metric never settles above the "
-                                   f"threshold; here it ends at {values[-1]}, above it)")
-                out.append(math.nan)
-            elif isinstance(x, torch.Tensor) and x.numel() == 1 and not x.is_floating_point() \
-                    or isinstance(x, numbers.Integral) and not isinstance(x, bool):
-                out.append(float(x))
-            else:
-                raise Mismatch(f"threshold {t}: expected a step (an int from `steps`) or None, got {what(x)}")
-        return torch.tensor(out, dtype=torch.float64)
+def _tracked(make_callback):
+    """make_callback(tokens) -> callback  ==>  fn(model, tokens) -> (bos_share, layer, head), float64, what the
+    callback returns when train() calls it (eval mode, no gradients). A Mismatch when it cannot be read."""
+    def run(model, tokens):
+        from ...checkpoint import History
+
+        callback = make_callback(tokens)
+        if callback is None:
+            raise Mismatch(f"bos_tracker: {NONE_HINT} (it returns the callback function it defines)")
+        if not callable(callback):
+            raise Mismatch(f"bos_tracker(tokens) must return the callback, a function of (step, model, history); "
+                           f"got {what(callback)}")
+        with torch.no_grad():
+            out = callback(100, model.eval(), History())
+        if out is None:
+            raise Mismatch(f"the callback: {NONE_HINT} (it returns a dict of numbers for history.metrics)")
+        if not isinstance(out, dict):
+            raise Mismatch(f"a train() callback returns a dict of numbers, {{'bos_share': ..., 'layer': ..., "
+                           f"'head': ...}}; got {what(out)}")
+        missing = [k for k in KEYS if k not in out]
+        if missing:
+            raise Mismatch(f"the callback's dict has no key {missing[0]!r}: return {{'bos_share': ..., 'layer': ..., "
+                           f"'head': ...}}")
+        for k in KEYS:
+            v = out[k]
+            if isinstance(v, torch.Tensor):
+                raise Mismatch(f"{k!r} is {what(v)}: return plain Python numbers (.item(), int(...)); train() keeps "
+                               "them in history.metrics, which history.json stores as JSON")
+            if k != "bos_share" and not (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
+                raise Mismatch(f"{k!r} is an index: expected an int, got {what(v)}")
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+                raise Mismatch(f"expected a number for {k!r}, got {what(v)}")
+        return torch.tensor([float(out[k]) for k in KEYS], dtype=torch.float64)
     return run
 
 
-MISTAKES["sink_onset"] = [
-    ("first crossing", partial(_sink_onset, stay=False),
-     "that is the first step above the threshold; the onset is the step from which the metric *stays* above it "
-     "to the end (after its last dip below)"),
-    ("index", partial(_sink_onset, out="index"),
-     "that is the position in the list; return the training step, steps[i]"),
-    (">=", partial(_sink_onset, strict=False),
-     "above means strictly greater: a value equal to the threshold is not above it"),
-    ("last step below", partial(_sink_onset, out="last below"),
-     "that is the last step at or below the threshold; the onset is the tracked step after it"),
-    ("step + 1", partial(_sink_onset, out="last below + 1"),
-     "steps are tracked every few hundred steps: the onset is the next *tracked* step, steps[i + 1], "
-     "not steps[i] + 1"),
+def _tracker_model(seed: int, gate: str = "none", n_layers: int = 3, n_heads: int = 4, n_kv_heads: int = 2):
+    """A small seeded model with weights large enough that its heads' attention on <bos> differs from head to head."""
+    from ... import ModelConfig, Transformer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                      head_dim=8, d_ff=48, gate=gate)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3)
+    return model
+
+
+def _tokens(seed: int, batch: int, pos: int) -> torch.Tensor:
+    tokens = torch.randint(1, 50, (batch, pos), generator=torch.Generator().manual_seed(seed))
+    tokens[:, 0] = 0  # <bos>
+    return tokens
+
+
+MISTAKES["bos_tracker"] = [
+    ("from <bos>", partial(_bos_tracker, to_key=False),
+     "that is the attention *from* <bos> (query 0's row, pattern[..., 0, :]); the sink is the attention *to* "
+     "key 0: pattern[..., 0], the last axis"),
+    ("max over everything", partial(_bos_tracker, reduce="max"),
+     "a head's share is its *mean* weight on <bos> over the prompts and queries: the largest single weight is "
+     "always 1.0 (query 0 can only attend to <bos>); take the largest over (layer, head) only"),
+    ("max over prompts", partial(_bos_tracker, reduce="max over prompts"),
+     "average each head's share over the prompts too (mean over batch and queries, pattern[..., 0].mean((0, 2))); "
+     "the largest is taken over (layer, head) only"),
+    ("query 0 left out", partial(_bos_tracker, first_query=1),
+     "average over every query position, query 0 included, as attention_sink does for the recorded "
+     "max_head_share (pattern[..., 0], not pattern[..., 1:, 0])"),
+    ("layer and head swapped", partial(_bos_tracker, swap=True),
+     "layer and head are swapped: with the shares stacked as (layer, head), divmod(flat index, n_heads) gives "
+     "(layer, head)"),
+    ("last layer only", partial(_bos_tracker, layers="last"),
+     "look at every layer's pattern, blocks.{L}.attn.hook_pattern for L in range(model.cfg.n_layers): the "
+     "largest head can sit in any layer"),
 ]
 
 
-def sink_onset(fn: Callable) -> Callable:
-    """fn(steps, values, threshold) -> the onset step or None; see reference_sink_onset."""
-    steps = list(range(250, 4001, 250))  # 16 tracked steps, as in the code models' histories
-    rise = [0.05, 0.05, 0.06, 0.05, 0.10, 0.12, 0.20, 0.25, 0.20, 0.25, 0.30, 0.26, 0.28, 0.31, 0.30, 0.32]
-    cases = [("16 tracked steps, a rise with a dip", (steps, rise, [0.2, 0.25, 0.1, 0.4, 0.0])),
-             ("steps 1, 10, 100, 1000, 5000", ([1, 10, 100, 1000, 5000], [0.5, 0.1, 0.5, 0.75, 0.625],
-                                               [0.25, 0.5, 0.05, 0.7])),
-             ("a metric that falls", (steps[:6], [0.4, 0.35, 0.3, 0.2, 0.1, 0.05], [0.3, 0.0, 0.01]))]
-    return check("sink_onset", fn, reference_sink_onset, cases, MISTAKES["sink_onset"], atol=0, rtol=0, wrap=_onsets,
-                 index_label=lambda idx: f"threshold number {idx[0] + 1}",
-                 raises=[(r"IndexError", "when the metric never ends above the threshold (or is above from the "
-                                         "start), there is no step after the last dip: return None (or steps[0])")])
+def bos_tracker(fn: Callable) -> Callable:
+    """fn(tokens) -> a train() callback (step, model, history) -> {"bos_share", "layer", "head"}; checked by calling
+    the callback on tiny models as train() does; see reference_bos_tracker."""
+    cases = [("tiny baseline, 3 layers x 4 heads (2 value heads)", (_tracker_model(0), _tokens(0, 3, 10))),
+             ("tiny gated model, 2 layers x 3 heads", (_tracker_model(1, "G1", 2, 3, 3), _tokens(1, 2, 12))),
+             ("tiny baseline, 4 layers x 2 heads", (_tracker_model(3, n_layers=4, n_heads=2, n_kv_heads=1),
+                                                    _tokens(2, 4, 8)))]
+    raises = [(r"KeyError", "names_filter decides what the cache keeps: let through blocks.{L}.attn.hook_pattern "
+                            "for every layer L, e.g. names_filter=lambda name: name.endswith('attn.hook_pattern')")]
+    return check("bos_tracker", fn, reference_bos_tracker, cases, MISTAKES["bos_tracker"], atol=1e-6, rtol=1e-5,
+                 raises=raises, wrap=_tracked, index_label=lambda idx: repr(KEYS[idx[0]]))

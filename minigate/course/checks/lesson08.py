@@ -1,134 +1,90 @@
-"""Lesson 08's checks: loss spikes, and Qwen3-Next's gated q_proj in minigate's layout."""
+"""Lesson 08's checks: how much a model's predictions depend on the context, and Qwen3-Next's gated q_proj in
+minigate's layout."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
 import torch
 from einops import rearrange
 
-from .engine import NONE_HINT, Mismatch, Mistake, check, randn, what
+from .engine import Mistake, check, randn
 
-EXERCISES = ("loss_spikes", "qwen3_next_q_proj")  # its check cells, in the lesson's order
+EXERCISES = ("prediction_spread", "qwen3_next_q_proj")  # its check cells, in the lesson's order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
-# ── loss spikes ──────────────────────────────────────────────────────────────────────────────────────
+# ── prediction spread ────────────────────────────────────────────────────────────────────────────────
 
-def reference_loss_spikes(losses, factor, window):
-    """The 1-based steps whose loss is above `factor` times the mean of the `window` losses just before it;
-    a step needs `window` earlier losses to be judged (what train() records in History.spikes)."""
-    x = torch.as_tensor(losses, dtype=torch.float64)
-    if x.numel() <= window:
-        return []
-    csum = torch.cat([torch.zeros(1, dtype=torch.float64), x.cumsum(0)])
-    i = torch.arange(window, x.numel())  # 0-based indices with `window` predecessors
-    mean_before = (csum[i] - csum[i - window]) / window
-    return (i[x[i] > factor * mean_before] + 1).tolist()
+def reference_prediction_spread(logits):
+    """logits (batch, pos, vocab) -> the mean over every (window, position) of KL(p_i || p_mean), in nats: p_i the
+    predicted next-token distribution there, p_mean the mean of all of them. Computed as entropies: the mean of
+    KL(p_i || p_mean) is H(p_mean) - mean_i H(p_i) (the mutual information between the position and the token)."""
+    p = logits.double().softmax(-1).flatten(0, -2)  # (batch * pos, vocab)
+    entropy = lambda q: -torch.special.xlogy(q, q).sum(-1)
+    return (entropy(p.mean(0)) - entropy(p).mean()).item()
 
 
-def _loss_spikes(losses, factor, window, *, one_based=True, include_self=False, partial=False, all_previous=False,
-                 span=None):
-    """Plain loop with switches for the typical mistakes (span: how many earlier losses are averaged, if not
-    `window`; a step is judged once it has that many)."""
-    span = window if span is None else span
-    out = []
-    for i, loss in enumerate(losses):
-        before = losses[max(0, i + 1 - span): i + 1] if include_self else losses[:i] if all_previous \
-            else losses[max(0, i - span): i]
-        if not before or (i < span and not partial):
-            continue
-        if loss > factor * sum(before) / len(before):
-            out.append(i + 1 if one_based else i)
-    return out
+def _prediction_spread(logits, *, reverse=False, mean_of="probs", over=(0, 1), softmax_dim=-1, vocab="sum",
+                       log=math.log, reduce="mean"):
+    """Direct KL(p_i || p_mean) with switches for the typical mistakes."""
+    logp = logits.double().log_softmax(softmax_dim)
+    p = logp.exp()
+    mean = p.mean(over, keepdim=True) if mean_of == "probs" else logits.double().mean(over, keepdim=True).softmax(-1)
+    logm = mean.log()
+    kl = mean * (logm - logp) if reverse else p * (logp - logm)  # (batch, pos, vocab)
+    kl = (kl.sum(-1) if vocab == "sum" else kl.mean(-1)) / log(math.e)  # (batch, pos), in nats or in bits
+    if reduce == "batchmean":  # F.kl_div(..., reduction="batchmean") on (batch, pos, vocab): sum / batch
+        return (kl.sum() / logits.shape[0]).item()
+    return kl.mean().item()
 
 
-def _is_step(x) -> bool:
-    if isinstance(x, torch.Tensor):
-        x = x.item() if x.numel() == 1 and not x.is_complex() and x.dtype != torch.bool else None
-    elif type(x).__module__ == "numpy" and not getattr(x, "shape", ()):
-        x = x.item()
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer()
-
-
-def _steps(f: Callable) -> Callable:
-    """f(losses, factor, window) -> spike steps  ==>  the same as a long tensor, or a Mismatch that names what
-    the function returned instead of a list of steps."""
-    def run(losses, factor, window):
-        out = f(losses, factor, window)
-        if out is None:
-            raise Mismatch(NONE_HINT)
-        if isinstance(out, torch.Tensor):
-            out = out.flatten().tolist()
-        if isinstance(out, (set, frozenset)):
-            raise Mismatch("return a list of the spike steps in increasing order, not a set")
-        if not isinstance(out, (list, tuple, range)):
-            raise Mismatch(f"return a list of the spike steps (ints), got {what(out)}")
-        if any(isinstance(x, bool) for x in out):
-            raise Mismatch("return the spike steps themselves (e.g. [40, 90]), not a True/False per step")
-        bad = next((x for x in out if not _is_step(x)), "none")
-        if bad != "none":
-            raise Mismatch(f"each spike is a step number (an int); your list holds {what(bad)}")
-        return torch.tensor([int(float(x)) for x in out], dtype=torch.long)
-    return run
-
-
-def _which_steps(got, want):
-    """Which flagged steps are not spikes, and which spikes are missed."""
-    if not (isinstance(got, torch.Tensor) and got.dim() == 1):
-        return None
-    g, w = got.tolist(), want.tolist()
-    extra, missing = sorted(set(g) - set(w)), sorted(set(w) - set(g))
-    if not extra and not missing:
-        return "return each spike step once, in increasing order" if g != w else None
-    return "; ".join(([f"step(s) {extra} flagged but not spikes"] if extra else [])
-                     + ([f"spike step(s) {missing} missed"] if missing else []))
-
-
-def _spike_cases():
-    """(label, (losses, factor, window)) cases; the fourth holds a borderline step (see its comment)."""
-    def curve(seed, n, spikes, decay=0.02, noise=0.05):  # spikes: {step (1-based): height factor}
-        base = 2.0 + 6.0 * torch.exp(-decay * torch.arange(n, dtype=torch.float64))
-        for step, height in spikes.items():
-            base[step - 1] *= height
-        return (base + randn(n, seed=seed).double() * noise).tolist()
-
-    # step 30 of the fourth case is a borderline: 1.23x is below factor x the mean of the 5 losses before it
-    # (they hold the 1.25x spike at step 25) but above factor x the mean of the 4 just before it
-    return [("120 steps, spikes at 40 and 90, factor 1.5, window 20", (curve(0, 120, {40: 2, 90: 2}), 1.5, 20)),
-            ("a spike at step 4, inside the first window", (curve(1, 60, {4: 1.6, 30: 1.6}), 1.3, 10)),
-            ("fast early decline, two spikes in a row",
-             (curve(2, 50, {12: 1.5, 13: 1.5, 35: 1.5}, decay=0.15), 1.2, 5)),
-            ("a small spike (1.25x) at factor 1.2, and 1.23x just `window` steps after it",
-             (curve(3, 40, {25: 1.25, 30: 1.23}, decay=0.0, noise=0.01), 1.2, 5)),
-            ("no spikes", (curve(4, 40, {}), 1.5, 10))]
-
-
-MISTAKES["loss_spikes"] = [
-    ("0-based", partial(_loss_spikes, one_based=False),
-     "steps are 1-based, as in History.step: the first loss is step 1, so losses[i] is step i + 1"),
-    ("own loss included", partial(_loss_spikes, include_self=True),
-     "the running mean is over the `window` losses *before* the step; including the step's own loss dampens "
-     "the spike it should reveal"),
-    ("partial windows", partial(_loss_spikes, partial=True),
-     "no step is judged before `window` earlier losses exist: steps 1..window are never spikes"),
-    ("window - 1 losses", lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window - 1),
-     "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
-     "not window - 1"),
-    ("window + 1 losses", lambda losses, factor, window: _loss_spikes(losses, factor, window, span=window + 1),
-     "average the `window` losses before step i, losses[i - window:i] (0-based i): that is window losses, "
-     "not window + 1"),
-    ("every earlier loss", partial(_loss_spikes, all_previous=True),
-     "use the mean of the last `window` losses only, not of every earlier loss: the loss falls during "
-     "training, so an old mean is too high and hides spikes"),
+MISTAKES["prediction_spread"] = [
+    ("KL the other way round", partial(_prediction_spread, reverse=True),
+     "KL(p_i || p_mean) weights log(p_i / p_mean) by p_i, each position's own prediction, not by p_mean "
+     "(F.kl_div(input, target) computes KL(target || input), with input in log space)"),
+    ("softmax of the mean logits", partial(_prediction_spread, mean_of="logits"),
+     "p_mean is the mean of the predicted probabilities, softmax(logits).mean(...), not the softmax of the mean "
+     "logits"),
+    ("mean over the batch only", partial(_prediction_spread, over=0),
+     "p_mean averages the predictions over every position of every window (dims 0 and 1), not per position over "
+     "the batch"),
+    ("mean over each window only", partial(_prediction_spread, over=1),
+     "p_mean averages the predictions over every window too (dims 0 and 1), not within each window"),
+    ("softmax over positions", partial(_prediction_spread, softmax_dim=1),
+     "each prediction is a distribution over the vocabulary: softmax over the last dimension"),
+    ("softmax over windows", partial(_prediction_spread, softmax_dim=0),
+     "each prediction is a distribution over the vocabulary: softmax over the last dimension (F.softmax without "
+     "dim picks dim 0 on a 3-d tensor)"),
+    ("mean over the vocabulary", partial(_prediction_spread, vocab="mean"),
+     "KL sums over the vocabulary; only the positions (and windows) are averaged"),
+    ("in bits", partial(_prediction_spread, log=math.log2),
+     "in nats, like the loss: the natural log, not log2"),
+    ("kl_div batchmean", partial(_prediction_spread, reduce="batchmean"),
+     "average over positions as well: F.kl_div's reduction='batchmean' divides by the first dimension only (the "
+     "batch), so on (batch, pos, vocab) it is pos times too large; flatten to (batch * pos, vocab) first"),
 ]
 
 
-def loss_spikes(fn: Callable) -> Callable:
-    """fn(losses: list of floats, factor, window) -> list of the 1-based steps that are loss spikes."""
-    cases = _spike_cases()
-    return check("loss_spikes", fn, reference_loss_spikes, cases, MISTAKES["loss_spikes"], atol=0, rtol=0,
-                 explain=_which_steps, wrap=_steps)
+def prediction_spread(fn: Callable) -> Callable:
+    """fn(logits (batch, pos, vocab)) -> the mean KL, in nats, from each position's predicted next-token distribution
+    to the mean of all of them (see reference_prediction_spread)."""
+    def logits(shape, seed, scale):
+        return randn(*shape, seed=seed) * scale
+
+    same = logits((1, 1, 6), 5, 2.0).expand(3, 4, 6).clone()  # one prediction everywhere
+    cases = [("2 windows of 3 positions, 5 tokens", (logits((2, 3, 5), 0, 1.0),)),
+             ("4 x 6 positions, 7 tokens, peaked predictions", (logits((4, 6, 7), 1, 4.0),)),
+             ("1 window of 5 positions", (logits((1, 5, 4), 2, 2.0),)),
+             ("3 windows of 1 position", (logits((3, 1, 6), 3, 2.0),)),
+             ("8 x 16 positions, 50 tokens, nearly flat", (logits((8, 16, 50), 4, 0.3),)),
+             ("the same prediction everywhere: 0", (same,))]
+    return check("prediction_spread", fn, reference_prediction_spread, cases, MISTAKES["prediction_spread"],
+                 raises=[(r"cannot be converted to (a )?Scalar|only one element tensors",
+                          "average down to a single number (over windows and positions) before .item()"),
+                         (r"softmax\(\) (received an invalid|missing)",
+                          "give softmax / log_softmax the vocabulary axis: dim=-1")])
 
 
 # ── Qwen3-Next's gated q_proj in minigate's layout ───────────────────────────────────────────────────

@@ -198,16 +198,16 @@ def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
     import subprocess
     import sys
 
-    exercise = ("def onset(steps, values, threshold):\n    \"\"\"The step from which values stay up.\"\"\"\n"
-                "    ### BEGIN SOLUTION\n    from minigate.course.checks import reference_sink_onset\n"
-                "    return reference_sink_onset(steps, values, threshold)\n    ### END SOLUTION")
-    stdout = new_output("stream", name="stdout", text="✓ sink_onset: passed (3 cases)\n30\n")
+    exercise = ("def tracker(tokens):\n    \"\"\"A train() callback.\"\"\"\n"
+                "    ### BEGIN SOLUTION\n    from minigate.course.checks import reference_bos_tracker\n"
+                "    return reference_bos_tracker(tokens)\n    ### END SOLUTION")
+    stdout = new_output("stream", name="stdout", text="✓ bos_tracker: passed (3 cases)\nTrue\n")
     nb = new_notebook(cells=[
         new_markdown_cell("badge", metadata={"tags": ["badge"]}),
         new_code_cell("setup", execution_count=0, metadata={"tags": ["setup"]}),
         new_code_cell("from minigate.course import checks", execution_count=1),
         new_code_cell(exercise, execution_count=2),
-        new_code_cell("onset = checks.sink_onset(onset)\nprint(onset([10, 20, 30], [0.5, 0.1, 0.4], 0.3))",
+        new_code_cell("tracker = checks.bos_tracker(tracker)\nprint(callable(tracker(None)))",
                       execution_count=3, outputs=[stdout]),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     (tmp_path / "solutions").mkdir()
@@ -243,6 +243,10 @@ def test_lesson_headers_state_the_readme_times_and_end_with_a_self_check():
         assert 3 <= len(questions) <= 5, name
         assert "answers" in solution[-1].metadata.get("tags", []), name
         assert len(re.findall(r"^\d\. ", solution[-1].source, flags=re.M)) == len(questions), name
+    hours = lambda minutes: f"{round(minutes / 30) / 2:g}"  # to the half hour
+    core = sum(int(study[n]) for n in ("01", "02", "03", "04"))
+    assert f"About {hours(sum(map(int, study.values())))} hours in all; lessons 01-04 (about {hours(core)} hours)" \
+        in readme, "the README's total study time no longer adds up"
 
 
 def test_study_minutes_counts_prose_code_and_exercises(dirs):
@@ -273,3 +277,23 @@ def test_every_exercise_heading_states_its_budget():
         budgets = exercise_budgets(nbformat.read(path, as_version=4))
         assert len(budgets) == len(checks.LESSONS[path.name[:2]]), (path.name, budgets)
         assert all(5 <= b <= 30 for b in budgets), (path.name, budgets)
+
+
+def test_every_exercise_states_difficulty_and_importance():
+    """ARENA's rating under each exercise heading, next to its budget ('> Difficulty: 🔴🔴⚪⚪⚪ · Importance: ...')."""
+    from minigate.course.study import exercise_budgets, exercise_ratings
+
+    for path in sorted((course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB)):
+        nb = nbformat.read(path, as_version=4)
+        ratings = exercise_ratings(nb)
+        assert [r[0] for r in ratings] == exercise_budgets(nb), (path.name, "an exercise heading without its rating")
+        assert all(1 <= d <= 5 and 1 <= i <= 5 for _, d, i in ratings), (path.name, ratings)
+
+
+def test_a_rating_is_read_only_under_its_heading():
+    from minigate.course.study import exercise_ratings
+
+    rated = "### Exercise 1 · One (about 15 minutes)\n\n> Difficulty: 🔴🔴⚪⚪⚪ · Importance: 🔵🔵🔵🔵⚪\n\nWrite it."
+    assert exercise_ratings(nbformat.v4.new_notebook(cells=[new_markdown_cell(rated)])) == [(15, 2, 4)]
+    for broken in (rated.replace("🔴🔴⚪⚪⚪", "🔴🔴⚪⚪"), rated.replace("\n\n>", "\n\nSome text.\n\n>")):
+        assert exercise_ratings(nbformat.v4.new_notebook(cells=[new_markdown_cell(broken)])) == []

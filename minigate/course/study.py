@@ -11,11 +11,20 @@ from .build import ANSWERS, STUB, stub_source
 
 EXERCISE_BUDGET = re.compile(r"^#{2,3} Exercise\b[^\n]*\(about (\d+) minutes\)", re.M)  # a heading's own budget
 DEFAULT_BUDGET = 10  # minutes for an exercise whose heading states none
+# ARENA's rating, on the line under the heading: "> Difficulty: 🔴🔴⚪⚪⚪ · Importance: 🔵🔵🔵🔵⚪"
+EXERCISE_RATING = re.compile(r"^#{2,3} Exercise\b[^\n]*\(about (\d+) minutes\)\n\n"
+                             r"> Difficulty: (🔴*)(⚪*) · Importance: (🔵*)(⚪*)$", re.M)
 
 
 def exercise_budgets(nb: nbformat.NotebookNode) -> list[int]:
     """The minutes each exercise heading budgets ("### Exercise 2 · Is the sink a no-op? (about 15 minutes)")."""
     return [int(m) for cell in nb.cells if cell.cell_type == "markdown" for m in EXERCISE_BUDGET.findall(cell.source)]
+
+
+def exercise_ratings(nb: nbformat.NotebookNode) -> list[tuple[int, int, int]]:
+    """(minutes, difficulty 1-5, importance 1-5) of each exercise whose heading has its rating line under it."""
+    return [(int(m), len(d), len(i)) for cell in nb.cells if cell.cell_type == "markdown"
+            for m, d, d0, i, i0 in EXERCISE_RATING.findall(cell.source) if len(d + d0) == len(i + i0) == 5]
 
 
 def study_minutes(nb: nbformat.NotebookNode) -> int:

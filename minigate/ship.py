@@ -2,6 +2,7 @@
 
     python -m minigate.ship --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
     python -m minigate.ship --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
+    python -m minigate.ship --preset code --measure  # measure the shipped models again; the READMEs and lessons follow
 
 1. `minigate train --preset P --variant V --out runs/P-V` for V in none, headwise, elementwise, one at a time
    (a folder with a checkpoint is resumed; a finished one is only measured).
@@ -9,7 +10,10 @@
    definitions: F-Attn and its excess over uniform attention, the largest head, sink rate, M-Act; plus the
    validation loss on held-out code.
 3. Shipped as 16-bit safetensors with run.json, the tokenizer and a thinned history.json, measured again from the
-   shipped files (the numbers a lesson reads), and checked against the recipe's bar (BARS, check_bar).
+   shipped files into measurements.json (the numbers a lesson reads), and checked against the recipe's bar (BARS,
+   check_bar).
+4. For the course's code models: the READMEs' table and sentence are rewritten from the new measurements.json, and
+   the lessons that show them (solutions calling ship.measure_*) run again, lessons/ rebuilt (--no-lessons: not).
 """
 
 from __future__ import annotations
@@ -217,6 +221,65 @@ def shipped_rows(preset: str, ship: Path = DATA_DIR / "checkpoints") -> dict:
     return {v: json.loads((Path(ship) / f"{preset}-{name}" / MEASUREMENTS).read_text()) for v, name in NAMES.items()}
 
 
+def shown_in(root: Path = DATA_DIR.parent) -> tuple[list[Path], list[Path]]:
+    """(docs, lessons) that state the shipped code models' numbers: the READMEs that hold the table or the sentence
+    (those that exist: an installed package has none) and the solutions notebooks that measure them with
+    measure_preset or measure_shipped."""
+    docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md") if p.is_file()]
+    lessons = [p for p in sorted((root / "solutions").glob("0*.ipynb"))
+               if "ship.measure_preset(" in p.read_text() or "ship.measure_shipped(" in p.read_text()]
+    return docs, lessons
+
+
+def update_docs(old: dict, new: dict, preset: str, docs: list[Path]) -> list[Path]:
+    """Where a doc states the table or the sentence generated from the `old` rows (keyed by variant), put the ones
+    generated from `new` instead; returns the docs that changed. A ValueError names a doc that states neither (edited
+    by hand: put ship.table / ship.effect_summary's text back, then measure again)."""
+    changed = []
+    for doc in docs:
+        text = doc.read_text()
+        pairs = [(table(old, preset), table(new, preset)), (effect_summary(old), effect_summary(new))]
+        if not any(before in text for before, _ in pairs):
+            raise ValueError(f"{doc} states neither the table nor the sentence of the stored measurements: put "
+                             "ship.table / ship.effect_summary's text back, then measure again")
+        for before, after in pairs:
+            text = text.replace(before, after)
+        if text != doc.read_text():
+            doc.write_text(text)
+            changed.append(doc)
+    return changed
+
+
+def rerun_lessons(lessons: list[Path], rebuild: bool = True) -> None:
+    """Execute each solutions notebook in place (as `make test` checks them), then rebuild lessons/ from them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from .course.build import build
+
+    for path in lessons:
+        print(f"minigate.ship: running {path.name} ...", flush=True)
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=1800, record_timing=False, store_widget_state=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbformat.write(nb, path)
+    if rebuild:
+        build()
+
+
+def _bring_along(old: dict | None, rows: dict, args) -> None:
+    """After the course's code models were shipped or measured again: the READMEs' table and sentence, and the lessons
+    that show them, follow the new measurements.json (`old`: the rows before, None where there were none)."""
+    course = Path(args.ship).resolve() == (DATA_DIR / "checkpoints").resolve()  # not a copy elsewhere
+    if old is None or not course or args.preset != "code" or set(rows) != set(NAMES):
+        return
+    docs, lessons = shown_in()
+    for doc in update_docs(old, shipped_rows(args.preset, Path(args.ship)), args.preset, docs):
+        print(f"minigate.ship: rewrote the table and the sentence in {doc.name}")
+    if not args.no_lessons:
+        rerun_lessons(lessons)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(BARS), default="code")
@@ -226,19 +289,25 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for training (CPU recipe)")
     ap.add_argument("--no-train", action="store_true", help="only measure and ship finished run folders")
     ap.add_argument("--measure", action="store_true",
-                    help="only measure the shipped <preset>-* folders again and rewrite their measurements.json")
+                    help="only measure the shipped <preset>-* folders again: rewrite their measurements.json, the "
+                         "READMEs' table and sentence, and re-run the lessons that show them")
+    ap.add_argument("--no-lessons", action="store_true", help="leave the lessons that show the numbers as they are")
     args = ap.parse_args(argv)
     if args.preset == "code-gpu" and not torch.cuda.is_available():
         print("minigate.ship: --preset code-gpu needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained)")
         return 2
     rows, prose = {}, None
-    if args.measure:
+    if args.measure:  # one command brings the measurements, the READMEs and the lessons along
+        old = shipped_rows(args.preset, Path(args.ship))
         for variant in args.variants:
             folder = Path(args.ship) / f"{args.preset}-{NAMES[variant]}"
             prose = prose_windows(folder / "tokenizer.json") if prose is None else prose
             rows[variant] = measure_folder(folder, prose)
         print(table(rows, args.preset))
+        _bring_along(old, rows, args)
         return 0
+    stored = [Path(args.ship) / f"{args.preset}-{name}" / MEASUREMENTS for name in NAMES.values()]
+    old = shipped_rows(args.preset, Path(args.ship)) if all(p.is_file() for p in stored) else None
     for variant in args.variants:
         run = Path(args.runs) / f"{args.preset}-{variant}"
         done = (run / "model" / "config.json").exists()
@@ -255,6 +324,7 @@ def main(argv=None) -> int:
     print(f"\nmeasured on held-out WikiText-2, T={PROSE_LEN} ({prose.shape[0]} windows; uniform attention gives "
           f"{next(iter(rows.values()))['uniform']:.4f}), from the shipped bf16 weights:\n{table(rows, args.preset)}")
     (Path(args.runs) / f"{args.preset}_measurements.json").write_text(json.dumps(rows, indent=2))
+    _bring_along(old, rows, args)
     if "none" not in rows:
         return 0
     bar = check_bar(rows, args.preset)

@@ -139,3 +139,47 @@ def test_the_shipped_measurements_are_what_the_shipped_weights_give():
     assert rows["none"]["act"].m_act == pytest.approx(rows["none"]["m_act"])
     m_act = rows["none"]["m_act"] / rows["elementwise"]["m_act"]
     assert ship.ratios(rows)["elementwise"]["m_act"] == pytest.approx(m_act)
+
+
+def test_the_docs_and_lessons_that_state_the_shipped_numbers_are_found():
+    docs, lessons = ship.shown_in()
+    assert [p.name for p in docs] == ["README.md", "README.md"]
+    assert [p.name[:2] for p in lessons] == ["03", "04", "07"]  # the lessons that call ship.measure_*
+
+
+def test_update_docs_puts_the_new_table_and_sentence_where_the_old_ones_stood(tmp_path):
+    old = ship.shipped_rows("code")
+    new = {v: dict(r, f_attn_excess=r["f_attn_excess"] / 2, m_act=r["m_act"] + 1) for v, r in old.items()}
+    doc = tmp_path / "README.md"
+    doc.write_text(f"Intro.\n\n{ship.table(old, 'code')}\n\n{ship.effect_summary(old)} More.\n")
+    assert ship.update_docs(old, new, "code", [doc]) == [doc]
+    text = doc.read_text()
+    assert ship.table(new, "code") in text and ship.effect_summary(new) + " More." in text
+    assert ship.table(old, "code") not in text and text.startswith("Intro.")
+    assert ship.update_docs(new, new, "code", [doc]) == []  # nothing to change
+    (tmp_path / "edited.md").write_text("a table edited by hand\n")
+    with pytest.raises(ValueError, match="edited.md states neither the table nor the sentence"):
+        ship.update_docs(old, new, "code", [tmp_path / "edited.md"])
+
+
+def test_rerun_lessons_executes_a_notebook_in_place(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path = tmp_path / "01_demo.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print(6 * 7)")]), path)
+    ship.rerun_lessons([path], rebuild=False)
+    cell = nbformat.read(path, as_version=4).cells[0]
+    assert cell.outputs[0]["text"] == "42\n" and "execution" not in cell.metadata  # no timings stored
+
+
+def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, capsys):
+    """--measure on a copy of the shipped folders rewrites the copy's measurements.json only."""
+    import shutil
+
+    for name in ship.NAMES.values():
+        shutil.copytree(DATA_DIR / "checkpoints" / f"code-{name}", tmp_path / f"code-{name}")
+    readme = (DATA_DIR.parent / "README.md").read_text()
+    assert ship.main(["--preset", "code", "--measure", "--ship", str(tmp_path), "--variants", "none"]) == 0
+    assert "rewrote" not in capsys.readouterr().out and (DATA_DIR.parent / "README.md").read_text() == readme
+    assert json.loads((tmp_path / "code-baseline" / ship.MEASUREMENTS).read_text())["windows"] == 75

@@ -132,8 +132,9 @@ def thin(history: dict, every: int = 10) -> dict:
     """Per-step lists kept every `every` steps (and the last); evaluations, spikes and metrics kept whole."""
     keep = [i for i, s in enumerate(history["step"]) if s % every == 0 or i == len(history["step"]) - 1]
     out = dict(history)
-    for k in ("step", "lr", "loss", "grad_norm", "tokens_per_s"):
-        out[k] = [history[k][i] for i in keep]
+    for k in ("step", "lr", "loss", "grad_norm", "tokens_per_s", "aux_loss"):
+        if history.get(k):
+            out[k] = [history[k][i] for i in keep]
     out["info"] = dict(_portable(history.get("info", {})), thinned=f"per-step lists kept every {every} steps")
     return out
 
@@ -255,16 +256,14 @@ def rerun_lessons(lessons: list[Path], rebuild: bool = True) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    from .course.build import build
-
     for path in lessons:
         print(f"minigate.ship: running {path.name} ...", flush=True)
         nb = nbformat.read(path, as_version=4)
         NotebookClient(nb, timeout=1800, record_timing=False, store_widget_state=False,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         nbformat.write(nb, path)
-    if rebuild:
-        build()
+    if rebuild:  # a command, as training is: the library imports no course code
+        subprocess.run([sys.executable, "-m", "minigate.course", "build"], check=True)
 
 
 def _bring_along(old: dict | None, rows: dict, args) -> None:

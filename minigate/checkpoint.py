@@ -30,6 +30,7 @@ class History:
     loss: list = field(default_factory=list)  # train loss (mean over the step's micro-batches)
     grad_norm: list = field(default_factory=list)  # global gradient norm, before clipping
     tokens_per_s: list = field(default_factory=list)  # training throughput of that step
+    aux_loss: list = field(default_factory=list)  # MoE models: the load-balancing loss of each step (else empty)
     eval_step: list = field(default_factory=list)  # steps at which the validation loss was measured
     val_loss: list = field(default_factory=list)  # validation loss (mean per token)
     spikes: list = field(default_factory=list)  # steps counted as loss spikes (see TrainConfig.spike_factor)
@@ -41,13 +42,16 @@ class History:
         rows = [m for m in self.metrics if name in m]
         return [m["step"] for m in rows], [m[name] for m in rows]
 
-    def add_step(self, step: int, lr: float, loss: float, grad_norm: float, tokens_per_s: float):
-        """The numbers of one optimizer step."""
+    def add_step(self, step: int, lr: float, loss: float, grad_norm: float, tokens_per_s: float,
+                 aux_loss: float | None = None):
+        """The numbers of one optimizer step (aux_loss: an MoE model's load-balancing loss)."""
         self.step.append(step)
         self.lr.append(lr)
         self.loss.append(loss)
         self.grad_norm.append(grad_norm)
         self.tokens_per_s.append(tokens_per_s)
+        if aux_loss is not None:
+            self.aux_loss.append(aux_loss)
 
     def to_dict(self) -> dict:
         return asdict(self)

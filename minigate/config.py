@@ -52,6 +52,10 @@ class ModelConfig:
     head_dim: int = 32  # width of one head, TransformerLens' d_head (comments and hooks say d_head); need not be
     #                     d_model / n_heads; even, for RoPE
     d_ff: int = 384  # hidden width of the SwiGLU MLP
+    n_experts: int = 0  # mixture-of-experts feed-forward (moe.py): number of experts; 0: the dense SwiGLU MLP
+    n_experts_per_token: int = 2  # MoE: how many experts each token goes to (top-k)
+    d_expert: int = 0  # MoE: hidden width of one expert (transformers' moe_intermediate_size); 0: d_ff
+    norm_topk_prob: bool = True  # MoE: rescale the k chosen experts' router probabilities to sum to 1
     rope_theta: float = 10000.0  # RoPE base frequency
     norm_eps: float = 1e-6  # epsilon of every RMSNorm
     qk_norm: bool = True  # RMSNorm over d_head on q and k (per head, before RoPE), as in Qwen3
@@ -74,10 +78,15 @@ class ModelConfig:
 
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
             check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")
+        for f in ("n_experts", "d_expert"):
+            check(is_int(getattr(self, f)) and getattr(self, f) >= 0, f, "must be a whole number >= 0 (0: off)")
+        check(is_int(self.n_experts_per_token) and (self.n_experts == 0 or 1 <= self.n_experts_per_token
+                                                    <= self.n_experts), "n_experts_per_token",
+              f"must be between 1 and n_experts={self.n_experts}")
         for f in ("rope_theta", "norm_eps"):
             check(is_number(getattr(self, f)) and getattr(self, f) > 0, f, "must be a finite number > 0")
         check(is_number(self.gate_bias), "gate_bias", "must be a finite number (0: no bias)")
-        for f in ("qk_norm", "tie_embeddings", "sandwich_norm", "gate_head_specific"):
+        for f in ("qk_norm", "tie_embeddings", "sandwich_norm", "gate_head_specific", "norm_topk_prob"):
             check(isinstance(getattr(self, f), bool), f, "must be True or False")
         check(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
               f"n_heads={self.n_heads} must be divisible by n_kv_heads; allowed values are the divisors "
@@ -121,6 +130,11 @@ class ModelConfig:
         return self.n_heads // self.n_kv_heads
 
     @property
+    def expert_width(self) -> int:
+        """Hidden width of one MoE expert: d_expert, or d_ff when d_expert is 0."""
+        return self.d_expert or self.d_ff
+
+    @property
     def released_g1(self) -> bool:
         """The released checkpoints' gate: G1, head-specific, sigmoid, multiplicative, no gate bias."""
         # its weights are extra rows of q_proj; attention.Attention computes it (and no gate), every other gate
@@ -146,9 +160,13 @@ class ModelConfig:
         # other it would drop or re-initialise weights (the gate rows of q_proj, sandwich norms) without a word, so
         # those declare a model_type that no transformers class claims: AutoConfig/AutoModelForCausalLM refuse them.
         plain = self.gate == "none" and self.qk_norm and not self.sandwich_norm
+        qwen3 = ("Qwen3MoeForCausalLM", "qwen3_moe") if self.n_experts else ("Qwen3ForCausalLM", "qwen3")
+        moe = {"num_experts": self.n_experts, "num_experts_per_tok": self.n_experts_per_token,
+               "moe_intermediate_size": self.expert_width, "norm_topk_prob": self.norm_topk_prob,
+               "decoder_sparse_step": 1, "mlp_only_layers": []} if self.n_experts else {}
         d = {
-            "architectures": ["Qwen3ForCausalLM" if plain else MINIGATE_ARCHITECTURE],
-            "model_type": "qwen3" if plain else MINIGATE_MODEL_TYPE,
+            "architectures": [qwen3[0] if plain else MINIGATE_ARCHITECTURE],
+            "model_type": qwen3[1] if plain else MINIGATE_MODEL_TYPE,
             "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
             "num_hidden_layers": self.n_layers,
@@ -156,6 +174,7 @@ class ModelConfig:
             "num_key_value_heads": self.n_kv_heads,
             "head_dim": self.head_dim,
             "intermediate_size": self.d_ff,
+            **moe,
             "rope_theta": self.rope_theta,
             "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},  # transformers 5.x
             "rms_norm_eps": self.norm_eps,
@@ -193,6 +212,14 @@ class ModelConfig:
             )
         except KeyError as e:
             raise ValueError(f"config.json lacks the key {e.args[0]!r}; is this a Qwen3-style config?") from None
+        n_experts = d.get("num_experts") or d.get("num_local_experts") or 0  # Qwen3-MoE (saved as the latter)
+        if n_experts:
+            if d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers"):
+                raise ValueError("config.json mixes dense and MoE layers (decoder_sparse_step / mlp_only_layers); "
+                                 "minigate makes every layer's feed-forward MoE")
+            kw.update(n_experts=n_experts, n_experts_per_token=d.get("num_experts_per_tok", 2),
+                      d_expert=d.get("moe_intermediate_size", kw["d_ff"]),
+                      norm_topk_prob=d.get("norm_topk_prob", False))  # transformers' default
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}  # transformers 5.x / 4.x spelling
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ValueError(f"config.json asks for RoPE scaling {rope}; minigate implements plain RoPE only")

@@ -11,6 +11,7 @@ Hook points (see hooks.py; TransformerLens' names and layouts, `get_act_name` gi
     blocks.L.attn.hook_z (batch, pos, head, d_head)
     blocks.L.attn.hook_gate_logits / hook_gate (gated layers), hook_z_gated (G1 layers)
     blocks.L.attn.hook_q_gate (G1 layers): another name of hook_gate_logits, TransformerBridge's (hooks.py: aliases)
+    blocks.L.mlp.hook_router_probs (batch, pos, expert), hook_expert_ids (batch, pos, k): MoE layers (moe.py)
 The attention's docstring has the details; `d_head` is `ModelConfig.head_dim`.
 """
 
@@ -25,6 +26,7 @@ from torch import nn
 from .attention import Attention, GateVariantAttention, RMSNorm, rope_cos_sin
 from .config import ModelConfig
 from .hooks import HookedRootModule, HookPoint
+from .moe import MoE
 
 
 def check_token_ids(tokens: torch.Tensor, vocab_size: int, what: str = "tokens"):
@@ -62,7 +64,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = (GateVariantAttention if cfg.gate != "none" and not cfg.released_g1 else Attention)(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MoE(cfg) if cfg.n_experts else MLP(cfg)  # a mixture of SwiGLU experts, or one
         # sandwich_norm: norm each sublayer's output too, before it joins the residual stream
         self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()
         self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()
@@ -117,6 +119,12 @@ class Transformer(HookedRootModule):
         for block in self.blocks:
             x = block(x, cos, sin)
         return F.linear(self.norm(x), self.unembed_weight)
+
+    @property
+    def aux_loss(self) -> torch.Tensor:
+        """The MoE layers' load-balancing loss of the last forward, averaged over them (moe.py); 0 without MoE."""
+        losses = [b.mlp.aux_loss for b in self.blocks if isinstance(b.mlp, MoE)]
+        return torch.stack(losses).mean() if losses else torch.zeros((), device=self.device)
 
     def num_params(self, gate_only: bool = False) -> int:
         """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights

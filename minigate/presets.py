@@ -43,6 +43,8 @@ class TrainConfig:
     #                              slow first steps; if compiling fails, training goes on without it (a warning)
     spike_factor: float = 1.5  # a step is a loss spike if its loss > spike_factor * running mean, where
     spike_window: int = 50  # running mean = mean train loss of the previous spike_window steps (once full)
+    router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (Transformer.aux_loss)
+    #                                      added to the training loss, as Qwen3-MoE's default; 0: off
 
     def __post_init__(self):
         self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas  # JSON: a list
@@ -57,7 +59,7 @@ class TrainConfig:
             check(is_int(getattr(self, f)) and getattr(self, f) >= 0, f, "must be an integer >= 0")
         check(is_number(self.lr) and self.lr > 0, "lr", "must be a finite number > 0")
         check(is_number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be between 0 and 1")
-        for f in ("weight_decay", "grad_clip", "ckpt_minutes"):
+        for f in ("weight_decay", "grad_clip", "ckpt_minutes", "router_aux_loss_coef"):
             check(is_number(getattr(self, f)) and getattr(self, f) >= 0, f, "must be a finite number >= 0 (0: off)")
         check(is_number(self.spike_factor) and self.spike_factor > 0, "spike_factor", "must be a finite number > 0")
         check(isinstance(self.betas, tuple) and len(self.betas) == 2

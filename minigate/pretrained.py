@@ -30,7 +30,7 @@ from .config import ModelConfig
 from .model import Transformer
 from .runfolder import atomic_write
 
-# (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {p} = projection
+# (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {E} = expert, {p} = projection
 _RENAMES = [
     ("embed.weight", "model.embed_tokens.weight"),
     ("norm.weight", "model.norm.weight"),
@@ -41,6 +41,8 @@ _RENAMES = [
     ("blocks.{L}.mlp_out_norm.weight", "model.layers.{L}.mlp_output_layernorm.weight"),  # minigate only
     ("blocks.{L}.attn.{p}.weight", "model.layers.{L}.self_attn.{p}.weight"),
     ("blocks.{L}.attn.gate_bias", "model.layers.{L}.self_attn.gate_bias"),  # minigate only (ModelConfig.gate_bias)
+    ("blocks.{L}.mlp.router.weight", "model.layers.{L}.mlp.gate.weight"),  # MoE: transformers calls the router gate
+    ("blocks.{L}.mlp.experts.{E}.{p}.weight", "model.layers.{L}.mlp.experts.{E}.{p}.weight"),  # MoE experts
     ("blocks.{L}.mlp.{p}.weight", "model.layers.{L}.mlp.{p}.weight"),
 ]
 
@@ -48,7 +50,8 @@ _RENAMES = [
 def _rename(name: str, to_official: bool) -> str:
     for ours, theirs in _RENAMES:
         src, dst = (ours, theirs) if to_official else (theirs, ours)
-        regex = re.escape(src).replace(r"\{L\}", r"(?P<L>\d+)").replace(r"\{p\}", r"(?P<p>\w+)")
+        regex = re.escape(src).replace(r"\{L\}", r"(?P<L>\d+)").replace(r"\{E\}", r"(?P<E>\d+)")
+        regex = regex.replace(r"\{p\}", r"(?P<p>\w+)")
         if m := re.fullmatch(regex, name):
             return dst.format(**m.groupdict())
     raise KeyError(name)

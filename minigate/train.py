@@ -291,10 +291,10 @@ class Trainer:
         pbar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, desc="train", dynamic_ncols=True)
         try:
             for step in range(self.step + 1, cfg.steps + 1):
-                lr, loss, grad_norm, tok_s = self.train_step(step)
+                lr, loss, grad_norm, tok_s, aux = self.train_step(step)
                 if is_spike(loss, history.loss, cfg):
                     history.spikes.append(step)
-                history.add_step(step, lr, loss, grad_norm, tok_s)
+                history.add_step(step, lr, loss, grad_norm, tok_s, aux)
                 self.track(step)
                 if step < cfg.steps and (self.due(cfg.ckpt_every, step) or self.clock_due()):
                     self.checkpoint()
@@ -314,19 +314,23 @@ class Trainer:
             pbar.close()
         self.checkpoint()
         return history
-    def train_step(self, step: int) -> tuple[float, float, float, float]:
-        """One optimizer update over grad_accum micro-batches: (lr, mean loss, gradient norm, tokens/s)."""
+    def train_step(self, step: int) -> tuple[float, float, float, float, float | None]:
+        """One optimizer update over grad_accum micro-batches: (lr, mean loss, gradient norm, tokens/s, the MoE
+        load-balancing loss or None). An MoE model minimises loss + router_aux_loss_coef * its aux_loss."""
         cfg, opt, scaler = self.cfg, self.opt, self.scaler
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
-        t0, loss_sum = time.perf_counter(), 0.0
+        moe = self.model.cfg.n_experts > 0
+        t0, loss_sum, aux_sum = time.perf_counter(), 0.0, 0.0
         for _ in range(cfg.grad_accum):
             x, y = sample_batch(self.train_data, cfg.batch_size, cfg.seq_len, cfg.bos_id, self.gen)
             with torch.autocast(self.device.type, self.amp_dtype) if self.amp_dtype else nullcontext():
                 loss = token_cross_entropy(self.forward(x.to(self.device)), y.to(self.device))
-            scaler.scale(loss / cfg.grad_accum).backward()
+                aux = self.model.aux_loss if moe else None  # set by that forward
+            scaler.scale((loss + cfg.router_aux_loss_coef * aux if moe else loss) / cfg.grad_accum).backward()
             loss_sum += loss.item()
+            aux_sum += aux.item() if moe else 0.0
         loss = loss_sum / cfg.grad_accum
         scaler.unscale_(opt)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf).item()
@@ -336,7 +340,8 @@ class Trainer:
         scaler.update()
         opt.zero_grad(set_to_none=True)
         self.step, self.data_rng = step, self.gen.get_state()
-        return lr, loss, grad_norm, cfg.batch_size * cfg.seq_len * cfg.grad_accum / (time.perf_counter() - t0)
+        tok_s = cfg.batch_size * cfg.seq_len * cfg.grad_accum / (time.perf_counter() - t0)
+        return lr, loss, grad_norm, tok_s, aux_sum / cfg.grad_accum if moe else None
 
     def track(self, step: int):
         """The validation loss every eval_every steps, the callback's metrics every callback_every steps."""

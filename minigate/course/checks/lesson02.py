@@ -199,7 +199,7 @@ def _nonlinear_share(model, tokens, layer, point="after gate", normed=True, mix=
                      stat="share"):
     a = f"blocks.{layer}.attn."
     out = a + ("hook_z_gated" if model.cfg.is_gated(layer) and point == "after gate" else "hook_z")
-    names = [f"blocks.{layer}.hook_resid_pre", a + "hook_pattern", out]
+    names = [f"blocks.{layer}.hook_resid_pre", a + "hook_pattern", out, a + "hook_z"]
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=names)
         x = cache[names[0]]
@@ -209,6 +209,8 @@ def _nonlinear_share(model, tokens, layer, point="after gate", normed=True, mix=
         m = einsum(p, x, "b h i j, b j e -> h b i e")
     elif mix == "queries":  # the pattern read the wrong way round: sum_i p_ij x_i
         m = einsum(p, x, "b h i j, b i e -> h b j e")
+    elif mix == "hook_z":  # the head's own output before the gate, m W_v (batch, pos, head, d_head)
+        m = rearrange(cache[a + "hook_z"].double().cpu(), "b i h d -> h b i d")
     else:  # "none": the query's own x_i
         m = x.expand(p.shape[1], *x.shape)
     m, z = m.flatten(1, 2), rearrange(z, "b i h d -> h (b i) d")  # (head, N, d_model), (head, N, d_head)
@@ -261,6 +263,9 @@ MISTAKES["nonlinear_share"] = [
      "einsum(pattern, x, 'b h i j, b j e -> h b i e')"),
     ("the query's own input", partial(_nonlinear_share, mix="none"),
      "m is the attention-weighted mean of the normed inputs, sum_j pattern[i, j] x_j, not the query's own x_i"),
+    ("fitted on hook_z", partial(_nonlinear_share, mix="hook_z"),
+     "fit on M, the mixed normed input (N, d_model), not on hook_z = M W_v (N, d_head): a map from hook_z reaches "
+     "less, so the share comes out too large"),
     ("one map for all heads", partial(_nonlinear_share, fit="shared"),
      "fit one linear map per head (each head has its own W_v): lstsq on (head, N, d_model) and (head, N, d_head) "
      "fits them all at once"),

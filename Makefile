@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python -m minigate.bench model
 	$(BIN)/python -m minigate.bench train
 	$(BIN)/python -m minigate.bench ablation
+	$(BIN)/python -m minigate.bench ddp
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -3,6 +3,7 @@
     minigate train --preset ci --variant headwise --out runs/ci-headwise     # Ctrl-C: resumable checkpoint
     minigate train --preset ci --variant headwise --out runs/ci-headwise --resume
     minigate eval runs/ci-headwise                                           # validation loss, perplexity
+    torchrun --nproc_per_node 2 $(which minigate) train --preset ci --variant headwise --out runs/ci-ddp  # DDP
 
 A run folder holds checkpoint.pt, history.json, run.json (preset, variant, corpus, configs) and model/,
 the final model: config.json + model.safetensors (open with minigate.from_pretrained), plus copies
@@ -24,16 +25,23 @@ PRESET_NAMES = tuple(sorted(PRESETS))  # the --preset choices
 
 def cmd_train(args) -> int:
     """Parse, call, print: run.plan_run builds the configs and tokenizer, run.execute the data, model and run."""
+    from . import distributed
     from .run import CouldNotWrite, execute, plan_run
     from .train import Interrupted, TrainingDiverged
 
     sets = dict(_parse_set(s) for s in args.set or [])
     run = plan_run(args.preset, args.variant, args.out, args.resume, sets, args.steps, args.device, args.precision,
                    args.tokenizer)
+    ranks = distributed.setup(run.cfg.device)  # under torchrun: join the other processes (DDP)
+    say = print if ranks.main else (lambda *a, **k: None)  # rank 0 speaks for the run
+    if ranks.world > 1:
+        say(f"training data-parallel on {ranks.world} processes ({distributed.backend()}); rank 0 writes {run.out}",
+            flush=True)
     try:
-        history = execute(run, progress=not args.quiet, announce=lambda line: print(line, flush=True))
+        history = execute(run, progress=not args.quiet and ranks.main, announce=lambda line: say(line, flush=True))
     except Interrupted as e:
-        print(f"stopped ({signal_name(e.signum)}); continue with: {run.resume_command}", flush=True)
+        distributed.barrier(ranks)  # rank 0 has written the checkpoint: all leave together
+        say(f"stopped ({signal_name(e.signum)}); continue with: {run.resume_command}", flush=True)
         return 128 + e.signum  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
@@ -42,6 +50,9 @@ def cmd_train(args) -> int:
         print(f"error: could not write to {run.out} ({e.error.strerror or e.error}); the last checkpoint there is "
               f"intact: free space or fix the folder, then {run.resume_command}", file=sys.stderr)
         return 1
+    distributed.barrier(ranks)  # rank 0 has written model/: all leave the process group together
+    if not ranks.main:
+        return 0
     val = history.val_loss[-1]
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
           f"spikes. Open with minigate.from_pretrained({str(run.out / 'model')!r})")
@@ -154,14 +165,20 @@ def main(argv=None) -> int:
     from .data import DataUnavailableError
     from .runfolder import RunFolderInUse
 
+    from .distributed import RankZeroStopped, teardown
+
     try:
         return cmd_train(args) if args.cmd == "train" else cmd_eval(args)
+    except RankZeroStopped:  # under torchrun: rank 0 printed the error
+        return 2
     except (DataUnavailableError, FileNotFoundError, FileExistsError, ValueError, RunFolderInUse) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before training started: nothing to save
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        teardown()  # leave the process group of a torchrun launch (a no-op otherwise)
 
 
 if __name__ == "__main__":

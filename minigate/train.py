@@ -23,6 +23,10 @@ What `out_dir` holds:
 Evaluation is evaluation.py's; the configs and presets are presets.py's; History and checkpoint.pt are
 checkpoint.py's. The `minigate train` command builds the configs and data (run.py) and calls train().
 
+Across processes (`torchrun --nproc_per_node N`, distributed.py): when a process group is up, train() wraps the
+model in DistributedDataParallel, each rank trains on its rows of every global batch, and only rank 0 evaluates,
+calls the callback and writes out_dir; the other ranks read its checkpoint to resume.
+
 Determinism: on CPU, a run stopped at step k (Ctrl-C, or killed after a checkpoint) and resumed with
 `resume=True` ends with weights bitwise equal to an uninterrupted run: all randomness comes from the
 data sampler's generator, which is checkpointed, and the learning rate is a pure function of the step.
@@ -47,6 +51,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import History, check_checkpoint, ckpt_step, restore, save_checkpoint, save_history
+from . import distributed
 from .data import check_length, sample_batch
 from .evaluation import eval_mode, evaluate, token_cross_entropy
 from .model import check_token_ids
@@ -222,17 +227,29 @@ def train(model, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainCon
                 on_start()
             return trainer.run(progress, stop)
         out_dir = Path(out_dir)
-        with RunLock(check_writable(out_dir)):
-            removed = remove_orphans(out_dir)
-            if removed:
-                tqdm.write(f"removed {len(removed)} temp file(s) left by an interrupted write in {out_dir}")
-            trainer.resume_from(out_dir, check_checkpoint(out_dir, model.cfg, resume), resume)
-            if run_json is not None:  # written once every check passed; --resume reads it back
-                _write_json(out_dir / "run.json", run_json)
-            if on_start is not None:
-                on_start()
-            history = trainer.run(progress, stop)
-            _save_model(out_dir / "model", model, tokenizer, run_json)
+        if not trainer.ranks.main:  # rank 0 checks, locks and writes the folder; the others resume from what it read
+            if not distributed.rank_zero_says(trainer.ranks):
+                raise distributed.RankZeroStopped("rank 0 could not start the run; its error says why")
+            trainer.resume_from(out_dir, check_checkpoint(out_dir, model.cfg, resume), resume, write=False)
+            return trainer.run(progress=False, stop=stop)
+        started = False
+        try:
+            with RunLock(check_writable(out_dir)):
+                removed = remove_orphans(out_dir)
+                if removed:
+                    tqdm.write(f"removed {len(removed)} temp file(s) left by an interrupted write in {out_dir}")
+                trainer.resume_from(out_dir, check_checkpoint(out_dir, model.cfg, resume), resume)
+                if run_json is not None:  # written once every check passed; --resume reads it back
+                    _write_json(out_dir / "run.json", run_json)
+                started = distributed.rank_zero_says(trainer.ranks)  # the other ranks may read the checkpoint now
+                if on_start is not None:
+                    on_start()
+                history = trainer.run(progress, stop)
+                _save_model(out_dir / "model", model, tokenizer, run_json)
+        except BaseException:
+            if not started:  # a check failed: the other ranks stop too, instead of waiting
+                distributed.rank_zero_says(trainer.ranks, ok=False)
+            raise
         return history
 
 
@@ -253,7 +270,12 @@ class Trainer:
     sampler's state after it: what a checkpoint saves."""
 
     def __init__(self, model, train_data, val_data, cfg: TrainConfig, callback=None, info: dict | None = None):
-        self.device = device = pick_device(cfg.device)
+        self.ranks = ranks = distributed.current()
+        distributed.check_batch(cfg.batch_size, ranks)
+        device = pick_device(cfg.device)
+        if ranks.world > 1 and device.type == "cuda":  # one GPU per process
+            device = torch.device("cuda", ranks.local)
+        self.device = device
         self.amp_dtype, use_scaler = pick_precision(cfg.precision, device)
         check_length(train_data, cfg.seq_len, "training")
         check_length(val_data, cfg.seq_len, "validation")
@@ -267,28 +289,42 @@ class Trainer:
         self.opt = make_optimizer(model, cfg, device)
         self.scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        versions = {"python": sys.version.split()[0], "torch": str(torch.__version__)}
+        versions = {"python": sys.version.split()[0], "torch": str(torch.__version__), "processes": ranks.world}
         self.history, self.step = History(info={**(info or {}), **versions}), 0
         self.out_dir = self.ckpt_path = None
         self.data_rng = self.gen.get_state()
         compile_ = cfg.compile is True or (cfg.compile == "auto" and device.type == "cuda")
-        self.forward = _CompiledOrEager(model) if compile_ else model
+        self.ddp = None
+        if ranks.world > 1:  # averages the gradients over the ranks; an MoE expert may get no rows on one rank
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                find_unused_parameters=model.cfg.n_experts > 0)
+        self.forward = _CompiledOrEager(self.ddp or model) if compile_ else (self.ddp or model)
         self.last_save = time.monotonic()
 
-    def resume_from(self, out_dir: Path, ckpt: dict | None, resume: bool):
-        """Checkpoint into out_dir from now on, continuing `ckpt` (checkpoint.check_checkpoint's) if there is one."""
-        self.out_dir, self.ckpt_path = out_dir, out_dir / "checkpoint.pt"
+    def resume_from(self, out_dir: Path, ckpt: dict | None, resume: bool, write: bool = True):
+        """Checkpoint into out_dir from now on (write=False: only read it, as ranks other than 0 do), continuing
+        `ckpt` (checkpoint.check_checkpoint's) if there is one."""
+        if write:
+            self.out_dir, self.ckpt_path = out_dir, out_dir / "checkpoint.pt"
         if ckpt is not None:
             self.history, self.step = restore(ckpt, self.model, self.opt, self.scaler, self.gen, self.cfg), ckpt["step"]
             self.data_rng = self.gen.get_state()
-            tqdm.write(f"resuming {out_dir} at step {self.step}/{self.cfg.steps}")
-        elif resume:
+            before = self.history.info.get("processes", 1)
+            if before != self.ranks.world and write:
+                warnings.warn(f"resuming on {self.ranks.world} process(es) a run checkpointed on {before}: it follows "
+                              "the uninterrupted run's curve to float tolerance, not bitwise", stacklevel=3)
+            self.history.info["processes"] = self.ranks.world
+            if write:
+                tqdm.write(f"resuming {out_dir} at step {self.step}/{self.cfg.steps}")
+        elif resume and write:
             tqdm.write(f"no checkpoint in {out_dir}; starting from step 0")
 
     def run(self, progress: bool = True, stop: _DeferStop | None = None) -> History:
         """Step to cfg.steps, checkpointing as configured and at the end."""
         cfg, history = self.cfg, self.history
-        pbar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, desc="train", dynamic_ncols=True)
+        pbar = tqdm(total=cfg.steps, initial=self.step, disable=not (progress and self.ranks.main), desc="train",
+                    dynamic_ncols=True)
         try:
             for step in range(self.step + 1, cfg.steps + 1):
                 lr, loss, grad_norm, tok_s, aux = self.train_step(step)
@@ -301,12 +337,13 @@ class Trainer:
                 pbar.update(1)
                 val = f"{history.val_loss[-1]:.3f}" if history.val_loss else "-"
                 pbar.set_postfix(loss=f"{loss:.3f}", val=val, tok_s=f"{tok_s:,.0f}", refresh=False)
-                if stop is not None and stop.requested is not None:
-                    raise Interrupted(stop.requested)
+                if distributed.any_rank(stop is not None and stop.requested is not None, self.ranks, self.device):
+                    raise Interrupted((stop and stop.requested) or signal.SIGTERM)  # every rank, after this step
         except KeyboardInterrupt as e:
             self.checkpoint()
             where = f"checkpoint {self.ckpt_path}" if self.ckpt_path is not None else "nothing (no out_dir was given)"
-            tqdm.write(f"interrupted after step {self.step}: saved {where}; continue with resume=True (--resume)")
+            if self.ranks.main:
+                tqdm.write(f"interrupted after step {self.step}: saved {where}; continue with resume=True (--resume)")
             if isinstance(e, Interrupted):
                 raise
             raise Interrupted((stop and stop.requested) or signal.SIGINT) from None
@@ -323,15 +360,18 @@ class Trainer:
             g["lr"] = lr
         moe = self.model.cfg.n_experts > 0
         t0, loss_sum, aux_sum = time.perf_counter(), 0.0, 0.0
-        for _ in range(cfg.grad_accum):
-            x, y = sample_batch(self.train_data, cfg.batch_size, cfg.seq_len, cfg.bos_id, self.gen)
-            with torch.autocast(self.device.type, self.amp_dtype) if self.amp_dtype else nullcontext():
-                loss = token_cross_entropy(self.forward(x.to(self.device)), y.to(self.device))
-                aux = self.model.aux_loss if moe else None  # set by that forward
-            scaler.scale((loss + cfg.router_aux_loss_coef * aux if moe else loss) / cfg.grad_accum).backward()
+        for i in range(cfg.grad_accum):
+            x, y = sample_batch(self.train_data, cfg.batch_size, cfg.seq_len, cfg.bos_id, self.gen)  # global batch
+            x, y = distributed.my_rows(x, self.ranks), distributed.my_rows(y, self.ranks)  # this rank's rows
+            sync = self.ddp is None or i == cfg.grad_accum - 1  # DDP averages the gradients once, at the last
+            with nullcontext() if sync else self.ddp.no_sync():
+                with torch.autocast(self.device.type, self.amp_dtype) if self.amp_dtype else nullcontext():
+                    loss = token_cross_entropy(self.forward(x.to(self.device)), y.to(self.device))
+                    aux = self.model.aux_loss if moe else None  # set by that forward
+                scaler.scale((loss + cfg.router_aux_loss_coef * aux if moe else loss) / cfg.grad_accum).backward()
             loss_sum += loss.item()
             aux_sum += aux.item() if moe else 0.0
-        loss = loss_sum / cfg.grad_accum
+        loss = distributed.mean(loss_sum / cfg.grad_accum, self.ranks, self.device)  # the global batch's loss
         scaler.unscale_(opt)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf).item()
         if not math.isfinite(loss) or not (math.isfinite(grad_norm) or scaler.is_enabled()):
@@ -341,11 +381,14 @@ class Trainer:
         opt.zero_grad(set_to_none=True)
         self.step, self.data_rng = step, self.gen.get_state()
         tok_s = cfg.batch_size * cfg.seq_len * cfg.grad_accum / (time.perf_counter() - t0)
-        return lr, loss, grad_norm, tok_s, aux_sum / cfg.grad_accum if moe else None
+        aux = distributed.mean(aux_sum / cfg.grad_accum, self.ranks, self.device) if moe else None
+        return lr, loss, grad_norm, tok_s, aux
 
     def track(self, step: int):
-        """The validation loss every eval_every steps, the callback's metrics every callback_every steps."""
+        """The validation loss every eval_every steps, the callback's metrics every callback_every steps (rank 0)."""
         cfg, history = self.cfg, self.history
+        if not self.ranks.main:
+            return
         if self.due(cfg.eval_every, step):
             history.eval_step.append(step)
             history.val_loss.append(evaluate(self.model, self.val_data, cfg.seq_len, cfg.batch_size, cfg.bos_id,

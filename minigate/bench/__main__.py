@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHES = ("model", "train", "ablation")
+BENCHES = ("model", "train", "ablation", "ddp")
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in BENCHES:

@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"minigate {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train a preset model",
-                       description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it.")
+                       description="Train a preset model. Ctrl-C writes a checkpoint; --resume continues it. Launched "
+                       "with torchrun --nproc_per_node N, it trains data-parallel (DDP) on N processes.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="; ".join(f"{name}: {PRESETS[name].about}" for name in PRESET_NAMES))
     t.add_argument("--variant", "--gate", dest="variant", required=True, choices=tuple(VARIANTS),

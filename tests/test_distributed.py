@@ -97,3 +97,12 @@ def test_a_run_rank_zero_cannot_start_stops_every_rank_with_one_error(runs):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert stderr.count("already has a checkpoint; add --resume") == 1 and "[rank1]" not in stderr, stderr[-2000:]
+
+
+def test_resuming_on_another_number_of_processes_says_it_is_not_bitwise(runs, tmp_path):
+    import shutil
+
+    shutil.copytree(runs["root"] / "two", tmp_path / "two")
+    with pytest.warns(UserWarning, match="resuming on 1 process.* checkpointed on 2: .* not bitwise"):
+        assert main(["train", *ARGS, "--out", str(tmp_path / "two"), "--resume", "--threads", "1"]) == 0
+    assert history(tmp_path / "two")["info"]["processes"] == 1

@@ -132,6 +132,16 @@ PRESETS: dict[str, Preset] = {
                    max_seq_len=512),
         train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
                           weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+    # ~3.2M parameters (1.4M active per token); the code recipe with a mixture-of-experts feed-forward, as the
+    # paper's headline models are MoE (15B-A2.5B): 8 experts of width 192, 2 per token, so each token runs the dense
+    # model's 384 FFN units; Qwen3-MoE's balance loss at 0.001. About 40-45 minutes per model on 2 CPU cores
+    "code-moe": Preset(
+        about="the code recipe with an MoE feed-forward (8 experts, 2 per token; lesson 08): ~40-45 min per model",
+        corpus="python-code", probe="wikitext-2",
+        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
+                   max_seq_len=512, n_experts=8, n_experts_per_token=2, d_expert=192),
+        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
+                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
     # ~6.2M parameters; the natural-data recipe for a GPU (docs/gpu.md): seq_len 512 on python-code, read about
     # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model. A T4 is a projection,
     # not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate)

@@ -1,6 +1,7 @@
 """Train, measure and ship the natural-data checkpoints: data/checkpoints/code-* (CPU recipe) or code-gpu-* (GPU).
 
     python -m minigate.ship --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
+    python -m minigate.ship --preset code-moe --variants none elementwise  # the MoE pair of lesson 08
     python -m minigate.ship --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
     python -m minigate.ship --preset code --measure  # measure the shipped models again; the READMEs and lessons follow
 
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +40,8 @@ PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation art
             "seq_len": PROSE_LEN, "gu_seq_len": 64, "sink_threshold": 0.3, "function": "analysis.published_measures",
             "weights": "the shipped 16-bit weights", "val_loss_code": "the run's last validation loss, held-out code"}
 # the bar each recipe's models must reach: baseline M-Act, and how far a gated loss may trail the baseline's
-BARS = {"code": dict(m_act=20, loss_slack=0.02), "code-gpu": dict(m_act=100, loss_slack=1e-3)}
+BARS = {"code": dict(m_act=20, loss_slack=0.02), "code-gpu": dict(m_act=100, loss_slack=1e-3),
+        "code-moe": dict(m_act=20, loss_slack=0.02)}
 
 
 def prose_windows(tokenizer_path, limit: int | None = None) -> torch.Tensor:
@@ -112,13 +115,19 @@ def measure_shipped(name: str, device="cpu", prose: torch.Tensor | None = None) 
     return row
 
 
+def shipped_variants(preset: str, ship: Path = DATA_DIR / "checkpoints") -> list[str]:
+    """The variants of a preset that are shipped (a folder with measurements.json), in NAMES order: all three for
+    the code models, none and elementwise for the code-moe pair."""
+    return [v for v, name in NAMES.items() if (Path(ship) / f"{preset}-{name}" / MEASUREMENTS).is_file()]
+
+
 def measure_preset(preset: str = "code", device="cpu", prose: torch.Tensor | None = None) -> dict:
-    """{variant: row} of a preset's three shipped models, each measured again with measure_shipped on the windows
-    its measurements.json records (and checked against it): what a lesson prints about the shipped models.
+    """{variant: row} of a preset's shipped models, each measured again with measure_shipped on the windows its
+    measurements.json records (and checked against it): what a lesson prints about the shipped models.
     `prose`: the windows from prose_windows, when the caller has them already."""
     if prose is None:
         prose = prose_windows(DATA_DIR / "checkpoints" / f"{preset}-baseline" / "tokenizer.json")
-    return {v: measure_shipped(f"{preset}-{name}", device, prose) for v, name in NAMES.items()}
+    return {v: measure_shipped(f"{preset}-{NAMES[v]}", device, prose) for v in shipped_variants(preset)}
 
 
 def ratios(rows: dict) -> dict:
@@ -219,16 +228,20 @@ def effect_summary(rows: dict) -> str:
 
 def shipped_rows(preset: str, ship: Path = DATA_DIR / "checkpoints") -> dict:
     """{variant: measurements.json} of a preset's shipped models, in NAMES order."""
-    return {v: json.loads((Path(ship) / f"{preset}-{name}" / MEASUREMENTS).read_text()) for v, name in NAMES.items()}
+    return {v: json.loads((Path(ship) / f"{preset}-{NAMES[v]}" / MEASUREMENTS).read_text())
+            for v in shipped_variants(preset, ship)}
 
 
-def shown_in(root: Path = DATA_DIR.parent) -> tuple[list[Path], list[Path]]:
-    """(docs, lessons) that state the shipped code models' numbers: the READMEs that hold the table or the sentence
-    (those that exist: an installed package has none) and the solutions notebooks that measure them with
-    measure_preset or measure_shipped."""
-    docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md") if p.is_file()]
+def shown_in(root: Path = DATA_DIR.parent, preset: str = "code") -> tuple[list[Path], list[Path]]:
+    """(docs, lessons) that state a preset's shipped numbers: the READMEs that hold its table or sentence (those that
+    exist: an installed package has none) and the solutions notebooks that measure its models with measure_preset or
+    measure_shipped, naming the preset ("code") or a model ("code-baseline", f"code-{name}"; not "code-moe-...")."""
+    docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md")
+            if p.is_file() and (f"| {preset}-baseline |" in p.read_text()  # a row of the preset's table
+                                or preset == "code" and "By Gu et al.'s protocol" in p.read_text())]  # its sentence
+    names = re.compile(rf'"{re.escape(preset)}(?:\\?"|-{{|-(?:{"|".join(NAMES.values())}))')  # \\?": JSON's \\"
     lessons = [p for p in sorted((root / "solutions").glob("0*.ipynb"))
-               if "ship.measure_preset(" in p.read_text() or "ship.measure_shipped(" in p.read_text()]
+               if re.search(r"ship\.measure_(?:preset|shipped)\(", p.read_text()) and names.search(p.read_text())]
     return docs, lessons
 
 
@@ -239,7 +252,9 @@ def update_docs(old: dict, new: dict, preset: str, docs: list[Path]) -> list[Pat
     changed = []
     for doc in docs:
         text = doc.read_text()
-        pairs = [(table(old, preset), table(new, preset)), (effect_summary(old), effect_summary(new))]
+        pairs = [(table(old, preset), table(new, preset))]
+        if set(old) == set(new) == set(NAMES):  # the sentence compares all three
+            pairs.append((effect_summary(old), effect_summary(new)))
         if not any(before in text for before, _ in pairs):
             raise ValueError(f"{doc} states neither the table nor the sentence of the stored measurements: put "
                              "ship.table / ship.effect_summary's text back, then measure again")
@@ -270,9 +285,9 @@ def _bring_along(old: dict | None, rows: dict, args) -> None:
     """After the course's code models were shipped or measured again: the READMEs' table and sentence, and the lessons
     that show them, follow the new measurements.json (`old`: the rows before, None where there were none)."""
     course = Path(args.ship).resolve() == (DATA_DIR / "checkpoints").resolve()  # not a copy elsewhere
-    if old is None or not course or args.preset != "code" or set(rows) != set(NAMES):
+    if old is None or not course or args.preset not in ("code", "code-moe") or set(rows) != set(old):
         return
-    docs, lessons = shown_in()
+    docs, lessons = shown_in(preset=args.preset)
     for doc in update_docs(old, shipped_rows(args.preset, Path(args.ship)), args.preset, docs):
         print(f"minigate.ship: rewrote the table and the sentence in {doc.name}")
     if not args.no_lessons:
@@ -298,6 +313,7 @@ def main(argv=None) -> int:
     rows, prose = {}, None
     if args.measure:  # one command brings the measurements, the READMEs and the lessons along
         old = shipped_rows(args.preset, Path(args.ship))
+        args.variants = [v for v in args.variants if v in old]
         for variant in args.variants:
             folder = Path(args.ship) / f"{args.preset}-{NAMES[variant]}"
             prose = prose_windows(folder / "tokenizer.json") if prose is None else prose
@@ -305,8 +321,7 @@ def main(argv=None) -> int:
         print(table(rows, args.preset))
         _bring_along(old, rows, args)
         return 0
-    stored = [Path(args.ship) / f"{args.preset}-{name}" / MEASUREMENTS for name in NAMES.values()]
-    old = shipped_rows(args.preset, Path(args.ship)) if all(p.is_file() for p in stored) else None
+    old = shipped_rows(args.preset, Path(args.ship)) or None
     for variant in args.variants:
         run = Path(args.runs) / f"{args.preset}-{variant}"
         done = (run / "model" / "config.json").exists()

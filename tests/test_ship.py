@@ -84,7 +84,7 @@ def test_the_gpu_recipe_refuses_a_machine_without_cuda(tmp_path, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("preset", ["code"])
+@pytest.mark.parametrize("preset", ["code", "code-moe"])
 def test_the_readmes_state_the_shipped_measurements(preset):
     """One source: the checkpoints' README table and both READMEs' sentence come from the measurements.json files."""
     rows = ship.shipped_rows(preset)
@@ -92,6 +92,8 @@ def test_the_readmes_state_the_shipped_measurements(preset):
         assert row["protocol"]["function"] == "analysis.published_measures" and row["protocol"]["windows"] == 75
     readme = (DATA_DIR / "checkpoints" / "README.md").read_text()
     assert ship.table(rows, preset) in readme
+    if preset == "code-moe":  # a pair: a table, no sentence
+        return
     summary = ship.effect_summary(rows)
     assert summary in readme.replace("\n", " ")
     assert summary in (DATA_DIR.parent / "README.md").read_text().replace("\n", " ")
@@ -144,7 +146,23 @@ def test_the_shipped_measurements_are_what_the_shipped_weights_give():
 def test_the_docs_and_lessons_that_state_the_shipped_numbers_are_found():
     docs, lessons = ship.shown_in()
     assert [p.name for p in docs] == ["README.md", "README.md"]
-    assert [p.name[:2] for p in lessons] == ["03", "04", "07"]  # the lessons that call ship.measure_*
+    assert [p.name[:2] for p in lessons] == ["03", "04", "07", "08"]  # call ship.measure_*, name "code"
+    docs, lessons = ship.shown_in(preset="code-moe")  # the MoE pair: its table, and lesson 08 (not 03, 04, 07)
+    assert [p.parent.name for p in docs] == ["checkpoints"] and [p.name[:2] for p in lessons] == ["08"]
+    assert ship.shipped_variants("code") == list(ship.NAMES) and ship.shipped_variants("code-moe") == ["none",
+                                                                                                       "elementwise"]
+
+
+def test_shown_in_tells_the_presets_apart(tmp_path):
+    """A lesson shows preset P when it calls ship.measure_* and names P ("P", "P-baseline", f"P-{name}"): "code-moe-..."
+    is not a code model, and a lesson that names a model without measuring it shows nothing."""
+    (tmp_path / "solutions").mkdir()
+    cells = {"01": 'ship.measure_preset("code")', "02": 'ship.measure_shipped("code-moe-baseline")',
+             "03": 'ship.measure_shipped(f"code-{name}")', "04": 'minigate.shipped("code-baseline")'}
+    for n, src in cells.items():
+        (tmp_path / "solutions" / f"{n}_x.ipynb").write_text(json.dumps({"cells": [{"source": src}]}))
+    assert [p.name[:2] for p in ship.shown_in(tmp_path, "code")[1]] == ["01", "03"]
+    assert [p.name[:2] for p in ship.shown_in(tmp_path, "code-moe")[1]] == ["02"]
 
 
 def test_update_docs_puts_the_new_table_and_sentence_where_the_old_ones_stood(tmp_path):

@@ -88,3 +88,22 @@ def test_code_models_show_the_sink_and_the_gate_removing_most_of_it():
     for name in CODE[1:]:
         assert m_act[name] * 1.5 < m_act["code-baseline"] and head[name] < head["code-baseline"], (m_act, head)
         assert loss[name] <= loss["code-baseline"] + 0.02, loss
+
+
+def test_the_moe_pair_matches_its_run_and_the_baseline_opens_in_transformers():
+    """code-moe-baseline / -elementwise (lesson 08): the code-moe preset's run, 8 experts of which 2 per token; the
+    baseline's folder is a transformers Qwen3-MoE checkpoint that gives minigate's logits."""
+    from transformers import AutoModelForCausalLM
+
+    for name, gate in (("code-moe-baseline", "none"), ("code-moe-elementwise", "elementwise")):
+        model, run = minigate.shipped(name), minigate.shipped_run(name)
+        assert run["preset"] == "code-moe" and run["gate"] == gate
+        assert run["history"]["step"][-1] == run["train"]["steps"] == 4000 and len(run["history"]["aux_loss"]) > 0
+        assert (model.cfg.n_experts, model.cfg.n_experts_per_token, model.cfg.expert_width) == (8, 2, 192)
+        assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
+    hf = AutoModelForCausalLM.from_pretrained(SHIPPED_DIR / "code-moe-baseline", torch_dtype=torch.float32).eval()
+    assert type(hf).__name__ == "Qwen3MoeForCausalLM"
+    x = data.encode("def f(x):\n    return x + 1\n", data.load_tokenizer())[None, :32]
+    with torch.no_grad():
+        diff = (hf(x).logits - minigate.shipped("code-moe-baseline", dtype=torch.float32)(x)).abs().max().item()
+    assert diff < 1e-4, diff

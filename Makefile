@@ -22,8 +22,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# JupyterLab refuses to start as root (a container, a cloud VM, a CI runner) unless given its own --allow-root switch;
+# nbgrader's server extensions are the instructor's (python -m minigate.course nbgrader), so the learner's lab leaves
+# them off (and with them a warning about a missing nbgrader_config.py). ARGS: more JupyterLab options, e.g. --no-browser
+LAB_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root) $(foreach e,formgrader assignment_list course_list \
+            validate_assignment,--ServerApp.jpserver_extensions nbgrader.server_extensions.$(e)=False)
+
 lab: install
-	$(BIN)/jupyter lab lessons/
+	$(BIN)/jupyter lab lessons/ $(LAB_ARGS) $(ARGS)
 
 lessons: install
 	$(BIN)/python -m minigate.course build

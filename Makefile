@@ -2,6 +2,7 @@
 #   make lab    install, then open the lessons in JupyterLab
 #   make lessons  rebuild lessons/ from solutions/ (the exercise stubs)
 #   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
+#   make test-cpus  the notebooks under each float path of this CPU (NOTEBOOKS=... for a few)
 #   make gpu-check  on a CUDA machine: every solutions notebook with CUDA + the GPU tests (tests/gpu/check.py)
 PY      ?= python3
 VENV    := .venv
@@ -11,7 +12,7 @@ STAMP   := $(VENV)/.installed
 export MINIGATE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
-.PHONY: install lab lessons test gpu-check bench clean
+.PHONY: install lab lessons test test-cpus gpu-check bench clean
 
 install: $(STAMP)
 
@@ -34,9 +35,23 @@ lab: install
 lessons: install
 	$(BIN)/python -m minigate.course build
 
+# solutions/ runs under another float path than lessons/ (the next narrower one: AVX2 kernels on an AVX-512 CPU,
+# ATen's default ones with MKL at SSE4.2 on an AVX2 CPU): each run of make test checks the stored outputs and the
+# asserts on two ways of adding the same numbers. The two pytest runs share one token cache.
+FORCED   = $(shell $(BIN)/python tests/float_paths.py --other)
+
 test: install
 	$(BIN)/ruff check minigate tests
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/pytest tests/ $(wildcard lessons/*.ipynb solutions/*.ipynb) $(NBVAL)
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache \
+	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} && \
+	$(BIN)/python tests/float_paths.py --show && \
+	$(BIN)/pytest tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
+	$(FORCED) $(BIN)/python tests/float_paths.py --show && \
+	$(FORCED) $(BIN)/pytest $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
+
+# the notebooks under every float path this CPU has (tests/float_paths.py): native, SSE4.2, AVX2 and AVX-512
+test-cpus: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/python tests/float_paths.py $(NOTEBOOKS)
 
 gpu-check: install
 	$(BIN)/python tests/gpu/check.py

@@ -27,5 +27,6 @@ PUBLISHED: dict[str, dict[str, str]] = {
     "08": {"7.421": f"{QIU}, Table 2", "7.288": f"{QIU}, Table 2", "9.195": f"{QIU}, Table 2",
            "7.325": f"{QIU}, Table 2", "58.82": f"{QIU}, Table 5", "31.65": f"{QIU}, Table 5",
            "0.116": f"{QIU}, Table 4: the elementwise gate's mean score",
-           "2.5": f"{QIU}, Table 1: the 15B-A2.5B MoE models, 2.5B parameters active per token"},
+           "2.5": f"{QIU}, Table 1: the 15B-A2.5B MoE models, 2.5B parameters active per token",
+           "1.7": f"{QIU}, Table 2: the dense 1.7B models of the learning-rate comparison"},
 }

@@ -40,18 +40,22 @@ lessons: install
 # asserts on two ways of adding the same numbers. The two pytest runs share one token cache.
 FORCED   = $(shell $(BIN)/python tests/float_paths.py --other)
 
+# JOBS pytest workers (pytest-xdist), one torch thread each, a test file or notebook per worker: on CI's 2 cores two
+# single-threaded workers beat one process with two threads (most of a test is Python, not matmuls)
+JOBS    ?= 2
+PYTEST   = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile
+
 test: install
 	$(BIN)/ruff check minigate tests
-	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache \
-	  OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} && \
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache && \
 	$(BIN)/python tests/float_paths.py --show && \
-	$(BIN)/pytest tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
+	$(PYTEST) tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
 	$(FORCED) $(BIN)/python tests/float_paths.py --show && \
-	$(FORCED) $(BIN)/pytest $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
+	$(FORCED) $(PYTEST) $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
 
 # the notebooks under every float path this CPU has (tests/float_paths.py): native, SSE4.2, AVX2 and AVX-512
 test-cpus: install
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/python tests/float_paths.py $(NOTEBOOKS)
+	$(BIN)/python tests/float_paths.py --jobs $(JOBS) $(NOTEBOOKS)
 
 gpu-check: install
 	$(BIN)/python tests/gpu/check.py

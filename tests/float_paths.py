@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("notebooks", nargs="*", help="default: every solutions/NN_*.ipynb")
     ap.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
+    ap.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers of one thread each, as make test")
     ap.add_argument("--show", action="store_true", help="print this process's float path and exit")
     ap.add_argument("--other", action="store_true", help="print VAR=VALUE ... forcing another path than this CPU's own")
     args = ap.parse_args(argv)
@@ -85,8 +86,9 @@ def main(argv=None) -> int:
             forced = " ".join(f"{k}={v}" for k, v in PATHS[name].items()) or "(nothing forced)"
             print(f"\n== {name}: {forced} -> ATen {got}", flush=True)
             t0 = time.time()
-            rc = subprocess.call([sys.executable, "-m", "pytest", *NBVAL, *notebooks], cwd=ROOT,
-                                 env={**os.environ, **env})
+            workers = ["-n", str(args.jobs), "--dist", "loadfile"] if args.jobs > 1 else []
+            rc = subprocess.call([sys.executable, "-m", "pytest", *workers, *NBVAL, *notebooks], cwd=ROOT,
+                                 env={**os.environ, **env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
             rows.append((name, got, "passed" if rc == 0 else f"FAILED (pytest exit {rc})", time.time() - t0))
     print("\n| path | ATen capability | notebooks | time |\n|---|---|---|---|")
     for name, got, result, seconds in rows:

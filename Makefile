@@ -46,7 +46,7 @@ JOBS    ?= 2
 PYTEST   = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile
 
 test: install
-	$(BIN)/ruff check minigate tests
+	$(BIN)/ruff check minigate tests scripts
 	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache && \
 	$(BIN)/python tests/float_paths.py --show && \
 	$(PYTEST) tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \

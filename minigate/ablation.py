@@ -256,6 +256,23 @@ def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[st
             for L in check_gated(model)[:first_layers] for h in range(check_gate_heads(model))}
 
 
+# the paper's released 1B models (official-checkpoints.md) and the 1B analysis' chunks: 50 WikiText-2 chunks of 512
+PAPER = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
+
+
+def n_published_conditions(n_layers: int, n_heads: int, first_layers: int = 3) -> int:
+    """learned + gates=mean + the constant sweep + every layer open/closed + every head of the first layers."""
+    return 2 + len(SWEEP_VALUES) + 2 * n_layers + min(first_layers, n_layers) * n_heads
+
+
+def forward_flops(params: float, n_layers: int, n_heads: int, head_dim: int, n_chunks: int, chunk_len: int) -> float:
+    """Forward FLOPs over the chunks: 2 per parameter per token, plus causal attention (q.k and
+    pattern.v, 2 FLOPs per multiply-add, over chunk_len / 2 keys on average)."""
+    tokens = n_chunks * chunk_len
+    attention = 2 * 2 * n_layers * n_heads * head_dim * (chunk_len / 2)
+    return tokens * (2 * params + attention)
+
+
 def published_conditions(model, chunk_ids: torch.Tensor, first_layers: int = 3,
                          stats: dict[str, Moments] | None = None) -> dict[str, list]:
     """That analysis's ablation set, plus the mean-gate control: learned gates, gates=mean, the 10-value

@@ -14,13 +14,14 @@ dimension), with bootstrap intervals from the same stats.bootstrap_ci.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
 
 from .stats import CI, bootstrap_ci
 
 SINK_THRESHOLD = 0.3  # Gu et al.: a head is a sink head when its mean first-token attention exceeds this
+GU_LEN = 64  # Gu et al. measure the sink on windows of 64 tokens
 
 
 def _batches(tokens: torch.Tensor, batch_size: int):
@@ -71,23 +72,6 @@ class SinkStats:
                 "sink_rate": bootstrap_ci(p, stat=sink_rate, ci=ci, **boot)}
 
 
-@torch.no_grad()
-def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkStats:
-    """First-token attention share of every (layer, head) on `tokens` (batch, pos), bos at position 0."""
-    batches = list(_batches(tokens, batch_size))
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    per_prompt = torch.zeros(tokens.shape[0], n_layers, n_heads, dtype=torch.float64)
-    offset = 0
-
-    def record(pattern, hook):  # pattern (batch, head, query, key): keep only what we need
-        per_prompt[offset:offset + pattern.shape[0], hook.layer] = pattern[..., 0].double().mean(-1).cpu()
-
-    for batch in batches:
-        model.run_with_hooks(batch.to(model.device), fwd_hooks=[(lambda name: name.endswith("hook_pattern"), record)])
-        offset += batch.shape[0]
-    return SinkStats(share=per_prompt.mean(0).float(), per_prompt=per_prompt.float())
-
-
 @dataclass
 class ActivationStats:
     max_abs: torch.Tensor  # (layer,): max |x| of the residual stream after each block
@@ -103,74 +87,119 @@ class ActivationStats:
         return self.max_abs.max().item()
 
 
+class _Recorder:
+    """Forward hooks that collect, window batch by window batch, each (layer, head)'s mean first-token share per
+    window (over the first q query positions, for each q in `queries`; None: all of them) and each layer's largest
+    |residual| with where it sits: what attention_sink, massive_activations and published_measures report."""
+
+    def __init__(self, model, n_windows: int, queries=(None,)):
+        n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+        self.offset = 0  # windows recorded so far
+        self.shares = {q: torch.zeros(n_windows, n_layers, n_heads, dtype=torch.float64) for q in queries}
+        self.best = torch.full((n_layers,), -1.0)
+        self.where = torch.zeros(n_layers, 3, dtype=torch.long)
+
+    def pattern(self, pattern, hook):  # pattern (batch, head, query, key): keep only what we need
+        for q, share in self.shares.items():
+            share[self.offset:self.offset + pattern.shape[0], hook.layer] = pattern[..., :q, 0].double().mean(-1).cpu()
+
+    def resid(self, resid, hook):  # resid (batch, pos, d_model)
+        layer, a = hook.layer, resid.abs().float()
+        value, flat = a.flatten().max(0)
+        if value.item() > self.best[layer]:
+            self.best[layer] = value.item()
+            b, p, d = torch.unravel_index(flat, a.shape)
+            self.where[layer] = torch.tensor([self.offset + b.item(), p.item(), d.item()])
+
+    def run(self, model, tokens: torch.Tensor, batch_size: int, sinks: bool = True, acts: bool = True):
+        """One forward pass per batch of windows, with the hooks asked for."""
+        hooks = ([(lambda name: name.endswith("hook_pattern"), self.pattern)] if sinks else []) + (
+            [(lambda name: name.endswith("hook_resid_post"), self.resid)] if acts else [])
+        for batch in _batches(tokens, batch_size):
+            model.run_with_hooks(batch.to(model.device), fwd_hooks=hooks)
+            self.offset += batch.shape[0]
+        return self
+
+    def sink(self, q=None) -> SinkStats:
+        per_prompt = self.shares[q]
+        return SinkStats(share=per_prompt.mean(0).float(), per_prompt=per_prompt.float())
+
+    def act(self) -> ActivationStats:
+        return ActivationStats(max_abs=self.best, where=self.where)
+
+
+@torch.no_grad()
+def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkStats:
+    """First-token attention share of every (layer, head) on `tokens` (batch, pos), bos at position 0."""
+    return _Recorder(model, tokens.shape[0]).run(model, tokens, batch_size, acts=False).sink()
+
+
 @torch.no_grad()
 def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> ActivationStats:
     """Largest absolute residual-stream value output by each layer, and where it sits."""
-    n_layers = model.cfg.n_layers
-    best = torch.full((n_layers,), -1.0)
-    where = torch.zeros(n_layers, 3, dtype=torch.long)
-    offset = 0
-
-    def record(resid, hook):  # resid (batch, pos, d_model)
-        layer = hook.layer
-        a = resid.abs().float()
-        value, flat = a.flatten().max(0)
-        if value.item() > best[layer]:
-            best[layer] = value.item()
-            b, p, d = torch.unravel_index(flat, a.shape)
-            where[layer] = torch.tensor([offset + b.item(), p.item(), d.item()])
-
-    for batch in _batches(tokens, batch_size):
-        model.run_with_hooks(batch.to(model.device),
-                             fwd_hooks=[(lambda name: name.endswith("hook_resid_post"), record)])
-        offset += batch.shape[0]
-    return ActivationStats(max_abs=best, where=where)
+    return _Recorder(model, tokens.shape[0]).run(model, tokens, batch_size, sinks=False).act()
 
 
-GU_LEN = 64  # Gu et al. measure the sink on windows of 64 tokens
+@dataclass
+class Measures:
+    """The published sink and activation numbers of a model on held-out windows (batch, T), <bos> first, each named
+    with its protocol (these names are measurements.json's keys and the tracker's), and the stats behind them."""
+    seq_len: int  # T, tokens per window
+    windows: int  # how many windows
+    uniform: float  # F-Attn of a head attending uniformly to all earlier positions, at T
+    f_attn: float  # the paper's F-Attn at T: mean first-token share, averaged over heads, then layers
+    f_attn_excess: float  # f_attn - uniform
+    f_attn_per_layer: list  # (layer,): F-Attn of each layer at T
+    max_head: float  # the largest head's mean first-token share at T
+    max_head_at: list  # [layer, head] of that head
+    sink_rate: float  # share of heads above SINK_THRESHOLD at T
+    f_attn_64: float | None  # the same three on the windows' first GU_LEN tokens: Gu et al.'s protocol (a head is a
+    sink_rate_64: float | None  # sink head when its mean first-token share exceeds 0.3); None when T <= GU_LEN
+    max_head_64: float | None
+    m_act: float  # the paper's M-Act: each layer's max |residual|, averaged over layers (at T)
+    max_act: float  # the largest |residual| of all
+    m_act_per_layer: list  # (layer,)
+    sink: SinkStats | None = field(default=None, repr=False)  # the shares at T behind these numbers (for plots)
+    sink_64: SinkStats | None = field(default=None, repr=False)  # ... at GU_LEN
+    act: ActivationStats | None = field(default=None, repr=False)  # the activations behind M-Act
+
+    def numbers(self) -> dict:
+        """Every field but the stats: what measurements.json and the tracker store."""
+        return {f.name: getattr(self, f.name) for f in fields(Measures) if f.name not in ("sink", "sink_64", "act")}
 
 
 @torch.no_grad()
-def published_measures(model, tokens: torch.Tensor, short: int = GU_LEN, batch_size: int = 16) -> dict:
-    """The published sink and activation numbers of a model on held-out windows `tokens` (batch, T), <bos> first,
-    each named with its protocol:
-        f_attn, f_attn_excess, uniform   the paper's F-Attn at T, its excess over uniform attention (which gives
-                                         `uniform`), at T = tokens.shape[1]
-        max_head_share, max_head_at      the largest head's mean first-token share at T, and its [layer, head]
-        sink_rate                        share of heads above SINK_THRESHOLD at T
-        f_attn_{short}, sink_rate_{short}, max_head_share_{short}
-                                         the same on the windows' first `short` tokens: Gu et al.'s protocol
-                                         (T=64: a head is a sink head when its mean first-token share exceeds 0.3)
-        m_act, max_act, m_act_per_layer  the paper's M-Act (per-layer max |residual|, averaged over layers), its peak
-        share_per_layer                  F-Attn of each layer at T
-        sink, act                        the SinkStats and ActivationStats at T behind these numbers (for plots)
-    The tracker (sink_tracker), minigate.ship and the lessons measure with this one function."""
+def published_measures(model, tokens: torch.Tensor, batch_size: int = 16) -> Measures:
+    """Measures of a model on held-out windows `tokens` (batch, T), <bos> first, in one forward pass per batch: the
+    shares at T and at Gu et al.'s T=64 come from the same attention patterns (attention is causal, so a window's
+    first 64 queries see what a window of 64 tokens would show them), M-Act from the same pass's residual stream.
+    The tracker (sink_tracker), minigate.measure and the lessons measure with this one function."""
     T = tokens.shape[1]
-    sink, act = attention_sink(model, tokens, batch_size), massive_activations(model, tokens, batch_size)
+    short = GU_LEN if T > GU_LEN else None
+    rec = _Recorder(model, tokens.shape[0], queries=(None, short) if short else (None,)).run(model, tokens, batch_size)
+    sink, act = rec.sink(), rec.act()
+    sink_64 = rec.sink(short) if short else None
     uniform = uniform_first_token_share(T)
     layer, head = divmod(int(sink.share.argmax()), sink.share.shape[1])
-    out = {"seq_len": T, "windows": tokens.shape[0], "f_attn": sink.f_attn, "f_attn_excess": sink.f_attn - uniform,
-           "uniform": uniform, "max_head_share": sink.share.max().item(), "max_head_at": [layer, head],
-           "sink_rate": sink.sink_rate, "m_act": act.m_act, "max_act": act.peak,
-           "m_act_per_layer": act.max_abs.tolist(), "share_per_layer": sink.per_layer.tolist(), "sink": sink,
-           "act": act}
-    if T > short:
-        s = attention_sink(model, tokens[:, :short], batch_size)
-        out.update({f"f_attn_{short}": s.f_attn, f"sink_rate_{short}": s.sink_rate,
-                    f"max_head_share_{short}": s.share.max().item()})
-    return out
+    return Measures(seq_len=T, windows=tokens.shape[0], uniform=uniform, f_attn=sink.f_attn,
+                    f_attn_excess=sink.f_attn - uniform, f_attn_per_layer=sink.per_layer.tolist(),
+                    max_head=sink.share.max().item(), max_head_at=[layer, head], sink_rate=sink.sink_rate,
+                    f_attn_64=sink_64.f_attn if short else None, sink_rate_64=sink_64.sink_rate if short else None,
+                    max_head_64=sink_64.share.max().item() if short else None, m_act=act.m_act, max_act=act.peak,
+                    m_act_per_layer=act.max_abs.tolist(), sink=sink, sink_64=sink_64, act=act)
 
 
-def sink_tracker(tokens: torch.Tensor, batch_size: int = 16, short: int = GU_LEN):
+TRACKED = ("f_attn", "f_attn_excess", "sink_rate", "max_head", "m_act", "max_act", "f_attn_per_layer", "f_attn_64",
+           "sink_rate_64", "max_head_64")  # the Measures fields sink_tracker records
+
+
+def sink_tracker(tokens: torch.Tensor, batch_size: int = 16):
     """A `train()` callback that records published_measures on fixed `tokens` (batch, pos), so you can watch the sink
-    form: history.metric("f_attn") -> (steps, values); keys f_attn, sink_rate, max_head_share, m_act, max_act,
-    share_per_layer and, when the windows are longer than `short`, f_attn_64, sink_rate_64, max_head_share_64
-    (Gu et al.'s T=64 on their first `short` tokens; the key is named after `short`)."""
-    keys = ("f_attn", "sink_rate", "max_head_share", "m_act", "max_act", "share_per_layer",
-            f"f_attn_{short}", f"sink_rate_{short}", f"max_head_share_{short}")
+    form: history.metric("f_attn") -> (steps, values), for each Measures field in TRACKED (the T=64 ones only when
+    the windows are longer than GU_LEN)."""
 
     def callback(step, model, history) -> dict:
-        m = published_measures(model, tokens, short, batch_size)
-        return {k: m[k] for k in keys if k in m}
+        m = published_measures(model, tokens, batch_size).numbers()
+        return {k: m[k] for k in TRACKED if m[k] is not None}
 
     return callback

@@ -147,7 +147,7 @@ def _windows_for(models: dict, windows, n_tokens: int) -> tuple[int, int]:
         what = f"a {windows.dtype} tensor of shape {tuple(windows.shape)}" if isinstance(windows, torch.Tensor) \
             else type(windows).__name__
         raise ValueError(f"windows must be a non-empty (window, pos) tensor of token ids, got {what}: pass e.g. "
-                         "minigate.ship.prose_windows(tokenizer_path)")
+                         "minigate.measure.prose_windows(tokenizer_path)")
     vocab = min(m.cfg.vocab_size for m in models.values())
     if windows.min() < 0 or windows.max() >= vocab:
         raise ValueError(f"windows hold token ids from {int(windows.min())} to {int(windows.max())}, outside the "
@@ -163,7 +163,7 @@ def models_attention_explorer(models, windows: torch.Tensor, tokenizer=None, win
     """Several models' attention side by side, one layer and head (or the head average), on a held-out window.
 
     models: {name: model}, all with the same number of layers and heads (e.g. code-baseline, code-headwise and
-    code-elementwise); windows: (window, pos) token ids, <bos> first (minigate.ship.prose_windows, or the lesson's
+    code-elementwise); windows: (window, pos) token ids, <bos> first (minigate.measure.prose_windows, or the lesson's
     prose chunks). Controls: the window (an index into `windows`), the layer and the head. Each model runs on the
     window's first `n_tokens` tokens (1, n_tokens), quick to redraw on a CPU; each panel is one model's pattern
     (query, key) drawn by plots.attention_maps, with a log colour scale from `floor` (None: linear) so a gated

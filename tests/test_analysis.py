@@ -342,15 +342,16 @@ def test_prompt_sets_have_50_unique_prompts_per_type():
 
 
 def test_sink_tracker_also_measures_the_first_64_positions():
-    from minigate.analysis import sink_tracker
+    from minigate.analysis import TRACKED, sink_tracker
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**TINY, max_seq_len=96)).eval()
     long = torch.randint(0, 50, (3, 96), generator=torch.Generator().manual_seed(1))
-    out = sink_tracker(long, short=64)(1, model, None)
+    out = sink_tracker(long)(1, model, None)
     short = attention_sink(model, long[:, :64])  # causal: the first 64 queries see only the first 64 keys
     assert out["f_attn_64"] == pytest.approx(short.f_attn)
-    assert out["max_head_share_64"] == pytest.approx(short.share.max().item())
+    assert out["max_head_64"] == pytest.approx(short.share.max().item())
     assert out["f_attn"] == pytest.approx(attention_sink(model, long).f_attn)
     assert out["f_attn_64"] != pytest.approx(out["f_attn"])  # shorter windows: more on the first token
-    assert "f_attn_64" not in sink_tracker(long[:, :64], short=64)(1, model, None)
+    assert "f_attn_64" not in sink_tracker(long[:, :64])(1, model, None)
+    assert set(out) == set(TRACKED) and all(isinstance(out[k], (float, list)) for k in out)

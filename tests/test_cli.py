@@ -106,7 +106,7 @@ def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys)
     assert minigate.from_pretrained(out / "model").cfg.qk_norm is False
     metrics = json.loads((out / "history.json").read_text())["metrics"]
     assert [m["step"] for m in metrics] == [1, 2]
-    assert 0 < metrics[-1]["f_attn"] <= 1 and metrics[-1]["m_act"] > 0 and len(metrics[-1]["share_per_layer"]) == 2
+    assert 0 < metrics[-1]["f_attn"] <= 1 and metrics[-1]["m_act"] > 0 and len(metrics[-1]["f_attn_per_layer"]) == 2
     # resuming rebuilds the model from run.json, overrides included
     with pytest.warns(UserWarning, match="steps"):
         assert main(["train", *ARGS, "--out", str(out), "--steps", "3", "--resume"]) == 0

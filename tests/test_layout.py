@@ -66,7 +66,7 @@ LIBRARY = library_modules()
 
 def test_the_library_list_is_read_from_the_package():
     """Modules that a list written by hand once missed, the package itself and a subpackage's modules are all in."""
-    assert {"minigate", "minigate.run", "minigate.checkpoint", "minigate.presets", "minigate.ship",
+    assert {"minigate", "minigate.run", "minigate.checkpoint", "minigate.presets", "minigate.measure",
             "minigate.data", "minigate.data.tasks"} <= set(LIBRARY)
     assert not [m for m in LIBRARY if m.startswith(ABOVE_THE_LIBRARY)]
 
@@ -85,6 +85,16 @@ def test_the_library_never_imports_course_or_benchmark_code_even_lazily():
                 seen.add(m)
                 todo += graph[m]
         assert not [m for m in seen if m.startswith(ABOVE_THE_LIBRARY)], name
+
+
+def test_the_library_runs_no_process_and_holds_no_release_pipeline():
+    """The library measures and trains in-process: no subprocess (of its own CLI or anything else), and shipping
+    models (training, rewriting docs, re-running lessons) is scripts/ship.py's, outside the package."""
+    for name in LIBRARY:
+        path = PACKAGE.joinpath(*name.split(".")[1:])
+        source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text()
+        assert "subprocess" not in source and "nbclient" not in source, name
+    assert (PACKAGE.parent / "scripts" / "ship.py").is_file() and not (PACKAGE / "ship.py").exists()
 
 
 def test_benchmarks_and_course_code_never_import_each_other():

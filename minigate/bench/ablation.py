@@ -27,27 +27,10 @@ import argparse
 import torch
 
 from minigate import Transformer, from_pretrained
-from minigate.ablation import SWEEP_VALUES, chunks, published_conditions, sweep
+from minigate.ablation import PAPER, chunks, forward_flops, n_published_conditions, published_conditions, sweep
 from minigate.hardware import T4_PEAK
 from minigate.bench.common import interleaved_medians
 from minigate.presets import model_config
-
-# the paper's 1B models (official-checkpoints.md) and a T4
-PAPER = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
-
-
-def n_published_conditions(n_layers: int, n_heads: int, first_layers: int = 3) -> int:
-    """learned + gates=mean + the constant sweep + every layer open/closed + every head of the first layers."""
-    return 2 + len(SWEEP_VALUES) + 2 * n_layers + min(first_layers, n_layers) * n_heads
-
-
-def forward_flops(params: float, n_layers: int, n_heads: int, head_dim: int, n_chunks: int, chunk_len: int) -> float:
-    """Forward FLOPs over the chunks: 2 per parameter per token, plus causal attention (q.k and
-    pattern.v, 2 FLOPs per multiply-add, over chunk_len / 2 keys on average)."""
-    tokens = n_chunks * chunk_len
-    attention = 2 * 2 * n_layers * n_heads * head_dim * (chunk_len / 2)
-    return tokens * (2 * params + attention)
-
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m minigate.bench ablation", description=__doc__,

@@ -4,8 +4,8 @@ On a CUDA machine, one command (about 5 minutes on an H100; a run folder that ex
 
     python tests/gpu/ship_code.py --runs runs --ship data/checkpoints [--pack $OUT]
 
-The work is `python -m minigate.ship --preset code-gpu` (minigate/ship.py: train, measure on held-out WikiText-2
-at T=512, ship bf16, check the bar); `--pack` also writes one code-gpu-*.tar per model, to bring them back.
+The work is `python scripts/ship.py --preset code-gpu` (train, measure on held-out WikiText-2 at T=512 with
+minigate.measure, ship bf16, check measure.bar); `--pack` also writes one code-gpu-*.tar per model, to bring them back.
 """
 
 from __future__ import annotations
@@ -15,20 +15,24 @@ import sys
 import tarfile
 from pathlib import Path
 
-from minigate import ship
+from minigate import measure
+from minigate.pretrained import SHIPPED_DIR
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import ship  # noqa: E402  (scripts/ship.py, the release pipeline)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="runs")
-    ap.add_argument("--ship", default=str(ship.DATA_DIR / "checkpoints"))
+    ap.add_argument("--ship", default=str(SHIPPED_DIR))
     ap.add_argument("--pack", help="also write one code-gpu-*.tar per model here")
-    ap.add_argument("--gates", nargs="*", default=list(ship.NAMES))
+    ap.add_argument("--variants", nargs="*", default=list(measure.NAMES))
     args = ap.parse_args(argv)
-    rc = ship.main(["--preset", "code-gpu", "--runs", args.runs, "--ship", args.ship, "--variants", *args.gates])
+    rc = ship.main(["--preset", "code-gpu", "--runs", args.runs, "--ship", args.ship, "--variants", *args.variants])
     if args.pack and rc != 2:
-        for gate in args.gates:
-            name = f"code-gpu-{ship.NAMES[gate]}"
+        for variant in args.variants:
+            name = f"code-gpu-{measure.NAMES[variant]}"
             with tarfile.open(Path(args.pack) / f"{name}.tar", "w") as t:
                 t.add(Path(args.ship) / name, arcname=name)
     return rc

@@ -22,7 +22,7 @@ def reference_bos_tracker(tokens):
     """tokens (batch, pos), <bos> first -> a train() callback(step, model, history) -> {"bos_share": float,
     "layer": int, "head": int}: the largest share of attention any one head puts on <bos> (key 0), each head's share
     averaged over the prompts and every query position (query 0 included), and that head's layer and index: the
-    package's attention_sink(model, tokens).share.max(), the max_head_share that analysis.sink_tracker records."""
+    package's attention_sink(model, tokens).share.max(), the max_head that analysis.sink_tracker records."""
     return _bos_tracker(tokens)
 
 
@@ -121,7 +121,7 @@ MISTAKES["bos_tracker"] = [
      "the largest is taken over (layer, head) only"),
     ("query 0 left out", partial(_bos_tracker, first_query=1),
      "average over every query position, query 0 included, as attention_sink does for the recorded "
-     "max_head_share (pattern[..., 0], not pattern[..., 1:, 0])"),
+     "max_head (pattern[..., 0], not pattern[..., 1:, 0])"),
     ("layer and head swapped", partial(_bos_tracker, swap=True),
      "layer and head are swapped: with the shares stacked as (layer, head), divmod(flat index, n_heads) gives "
      "(layer, head)"),

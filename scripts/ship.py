@@ -1,0 +1,222 @@
+"""Train, measure and ship the natural-data checkpoints: data/checkpoints/code-* (CPU recipe) or code-gpu-* (GPU).
+The release pipeline of the course, outside the package (the library measures; this script ships).
+
+    python scripts/ship.py --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
+    python scripts/ship.py --preset code-moe --variants none elementwise  # the MoE pair of lesson 08
+    python scripts/ship.py --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
+    python scripts/ship.py --preset code --measure  # measure the shipped models again; the READMEs and lessons follow
+
+1. The preset's run for V in none, headwise, elementwise, one at a time, as `minigate train --preset P --variant V
+   --out runs/P-V` does (a folder with a checkpoint is resumed; a finished one is only measured).
+2. Each model measured on held-out WikiText-2 prose at seq_len 512 with minigate.measure (the paper's metric
+   definitions), plus the validation loss on held-out code.
+3. Shipped as 16-bit safetensors with run.json, the tokenizer and a thinned history.json, measured again from the
+   shipped files into measurements.json (the numbers a lesson reads), and checked against measure.bar.
+4. For the course's code models: the READMEs' table and sentence are rewritten from the new measurements.json, and
+   the lessons that show them (solutions calling measure.measure_*) run again, lessons/ rebuilt (--no-lessons: not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+import minigate
+from minigate import measure
+from minigate.pretrained import SHIPPED_DIR
+from minigate.run import execute, plan_run
+
+ROOT = Path(__file__).resolve().parent.parent  # the course checkout
+PRESETS = ("code", "code-gpu", "code-moe")
+
+
+def thin(history: dict, every: int = 10) -> dict:
+    """Per-step lists kept every `every` steps (and the last); evaluations, spikes and metrics kept whole."""
+    keep = [i for i, s in enumerate(history["step"]) if s % every == 0 or i == len(history["step"]) - 1]
+    out = dict(history)
+    for k in ("step", "lr", "loss", "grad_norm", "tokens_per_s", "aux_loss"):
+        if history.get(k):
+            out[k] = [history[k][i] for i in keep]
+    out["info"] = dict(portable(history.get("info", {})), thinned=f"per-step lists kept every {every} steps")
+    return out
+
+
+def portable(run_json: dict) -> dict:
+    """run.json (or history info) without a path of the machine that trained it."""
+    run_json = dict(run_json)
+    if run_json.get("tokenizer"):
+        name = Path(run_json["tokenizer"]).name
+        run_json["tokenizer"] = "data/tokenizer.json" if name == "tokenizer.json" else "tokenizer"
+    if "python_code" in run_json:
+        roots = run_json["python_code"].get("roots", [])
+        run_json["python_code"] = dict(run_json["python_code"], roots=["stdlib" if i == 0 else "site-packages"
+                                                                       for i, _ in enumerate(roots)])
+    return run_json
+
+
+def train_minutes(history: dict, run_json: dict) -> float:
+    """Minutes of training (steps x tokens per step / tokens per second), from the unthinned history."""
+    train = run_json["train"]
+    tokens = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1)
+    return sum(tokens / r for r in history["tokens_per_s"]) / 60
+
+
+def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
+    """Copy a finished run's model into `ship` (bf16 + run.json, tokenizer, thinned history); its measurements
+    (measurements.json's record) with the fp32 numbers, the training minutes and steps."""
+    history = json.loads((run_dir / "history.json").read_text())
+    run_json = json.loads((run_dir / "run.json").read_text())
+    trained = measure.measure_folder(run_dir, prose)
+    if ship.exists():
+        shutil.rmtree(ship)
+    minigate.save_pretrained(minigate.from_pretrained(run_dir / "model"), ship, dtype=torch.bfloat16)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (run_dir / "model" / f).exists():
+            shutil.copyfile(run_dir / "model" / f, ship / f)
+    (ship / "run.json").write_text(json.dumps(portable(run_json), indent=2))
+    (ship / "history.json").write_text(json.dumps(thin(history)))
+    shipped = measure.measure_folder(ship, prose)
+    measure.write_measurements(ship, shipped, prose)
+    return dict(shipped.record(), f_attn_fp32=trained.f_attn, m_act_fp32=trained.m_act,
+                minutes=train_minutes(history, run_json), steps=history["step"][-1])
+
+
+def shown_in(root: Path = ROOT, preset: str = "code") -> tuple[list[Path], list[Path]]:
+    """(docs, lessons) that state a preset's shipped numbers: the READMEs that hold its table or sentence and the
+    solutions notebooks that measure its models with measure_preset or measure_shipped, naming the preset ("code")
+    or a model ("code-baseline", f"code-{name}"; not "code-moe-...")."""
+    docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md")
+            if p.is_file() and (f"| {preset}-baseline |" in p.read_text()  # a row of the preset's table
+                                or preset == "code" and "By Gu et al.'s protocol" in p.read_text())]  # its sentence
+    names = re.compile(rf'"{re.escape(preset)}(?:\\?"|-{{|-(?:{"|".join(measure.NAMES.values())}))')  # \\?": JSON's \\"
+    lessons = [p for p in sorted((root / "solutions").glob("0*.ipynb"))
+               if re.search(r"measure_(?:preset|shipped)\(", p.read_text()) and names.search(p.read_text())]
+    return docs, lessons
+
+
+def update_docs(old: dict, new: dict, preset: str, docs: list[Path]) -> list[Path]:
+    """Where a doc states the table or the sentence generated from the `old` rows (keyed by variant), put the ones
+    generated from `new` instead; returns the docs that changed. A ValueError names a doc that states neither (edited
+    by hand: put measure.table / measure.effect_summary's text back, then measure again)."""
+    changed = []
+    for doc in docs:
+        text = doc.read_text()
+        pairs = [(measure.table(old, preset), measure.table(new, preset))]
+        if set(old) == set(new) == set(measure.NAMES):  # the sentence compares all three
+            pairs.append((measure.effect_summary(old), measure.effect_summary(new)))
+        if not any(before in text for before, _ in pairs):
+            raise ValueError(f"{doc} states neither the table nor the sentence of the stored measurements: put "
+                             "measure.table / measure.effect_summary's text back, then measure again")
+        for before, after in pairs:
+            text = text.replace(before, after)
+        if text != doc.read_text():
+            doc.write_text(text)
+            changed.append(doc)
+    return changed
+
+
+def rerun_lessons(lessons: list[Path], rebuild: bool = True) -> None:
+    """Execute each solutions notebook in place (as `make test` checks them), then rebuild lessons/ from them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from minigate.course.build import build
+
+    for path in lessons:
+        print(f"ship: running {path.name} ...", flush=True)
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=1800, record_timing=False, store_widget_state=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbformat.write(nb, path)
+    if rebuild:
+        build()
+
+
+def bring_along(old: dict | None, preset: str, ship: Path, no_lessons: bool) -> None:
+    """After the course's code models were shipped or measured again: the READMEs' table and sentence, and the lessons
+    that show them, follow the new measurements.json (`old`: the rows before, None where there were none)."""
+    new = measure.shipped_rows(preset, ship)
+    course = ship.resolve() == SHIPPED_DIR.resolve()  # not a copy elsewhere
+    if old is None or not course or preset not in ("code", "code-moe") or set(new) != set(old):
+        return
+    docs, lessons = shown_in(preset=preset)
+    for doc in update_docs(old, new, preset, docs):
+        print(f"ship: rewrote the table and the sentence in {doc.name}")
+    if not no_lessons:
+        rerun_lessons(lessons)
+
+
+def report(rows: dict) -> bool:
+    """Print measure.bar's lines (PASS / FAIL) and the aim's (reported only); whether the bar holds."""
+    holds = measure.bar(rows)
+    for what, ok in holds:
+        print(f"{'PASS' if ok else 'FAIL'}  {what}")
+    for g, x in measure.ratios(rows).items():
+        reached = all(v >= measure.AIM for v in x.values())
+        print(f"aim   {g}: {measure.AIM}x less excess F-Attn and M-Act: {'reached' if reached else 'not reached'} "
+              f"({x['f_attn_excess']:.1f}x, {x['m_act']:.1f}x; not required)")
+    return all(ok for _, ok in holds) and all(math.isfinite(r.f_attn) for r in rows.values())
+
+
+def train_variant(preset: str, variant: str, run_dir: Path, threads: int) -> None:
+    """`minigate train --preset P --variant V --out run_dir [--resume]`, as a function call."""
+    torch.set_num_threads(threads)
+    execute(plan_run(preset, variant, run_dir, resume=(run_dir / "checkpoint.pt").exists()), progress=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=PRESETS, default="code")
+    ap.add_argument("--runs", default="runs", help="run folders runs/<preset>-<variant> (resumed if present)")
+    ap.add_argument("--ship", default=str(SHIPPED_DIR), help="where the <preset>-* folders go")
+    ap.add_argument("--variants", nargs="*", default=list(measure.NAMES), choices=list(measure.NAMES))
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for training (CPU recipe)")
+    ap.add_argument("--no-train", action="store_true", help="only measure and ship finished run folders")
+    ap.add_argument("--measure", action="store_true",
+                    help="only measure the shipped <preset>-* folders again: rewrite their measurements.json, the "
+                         "READMEs' table and sentence, and re-run the lessons that show them")
+    ap.add_argument("--no-lessons", action="store_true", help="leave the lessons that show the numbers as they are")
+    args = ap.parse_args(argv)
+    ship = Path(args.ship)
+    if args.preset == "code-gpu" and not torch.cuda.is_available():
+        print("ship: --preset code-gpu needs a CUDA GPU (the code-gpu-* checkpoints are GPU-trained)")
+        return 2
+    prose = None
+    if args.measure:  # one command brings the measurements, the READMEs and the lessons along
+        old = measure.shipped_rows(args.preset, ship)
+        for variant in [v for v in args.variants if v in old]:
+            folder = ship / f"{args.preset}-{measure.NAMES[variant]}"
+            prose = measure.prose_windows(folder / "tokenizer.json") if prose is None else prose
+            measure.write_measurements(folder, measure.measure_folder(folder, prose), prose)
+        print(measure.table(measure.shipped_rows(args.preset, ship), args.preset))
+        bring_along(old, args.preset, ship, args.no_lessons)
+        return 0
+    old, records = measure.shipped_rows(args.preset, ship) or None, {}
+    for variant in args.variants:
+        run_dir = Path(args.runs) / f"{args.preset}-{variant}"
+        done = (run_dir / "model" / "config.json").exists()
+        if not done and args.no_train:
+            print(f"ship: {run_dir} has no finished model; train it, or leave out --no-train")
+            return 2
+        if not done:
+            train_variant(args.preset, variant, run_dir, args.threads)
+        if prose is None:
+            prose = measure.prose_windows(run_dir / "model" / "tokenizer.json")
+        records[variant] = ship_one(run_dir, ship / f"{args.preset}-{measure.NAMES[variant]}", prose)
+    rows = {v: r for v, r in measure.shipped_rows(args.preset, ship).items() if v in records}
+    print(f"\nmeasured on held-out WikiText-2, T={measure.PROSE_LEN} ({prose.shape[0]} windows), from the shipped "
+          f"bf16 weights:\n{measure.table(rows, args.preset)}")
+    (Path(args.runs) / f"{args.preset}_measurements.json").write_text(json.dumps(records, indent=2))
+    bring_along(old, args.preset, ship, args.no_lessons)
+    return 0 if "none" not in rows or report(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""minigate.measure: the held-out prose windows, measuring a model or a shipped checkpoint, measurements.json, the
+ratios the course states and the bar every shipped trio meets; analysis.published_measures' one-pass record."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import minigate
+from minigate import analysis, data, measure
+from minigate.pretrained import SHIPPED_DIR
+from minigate.presets import model_config
+
+
+@pytest.fixture(scope="module")
+def prose():
+    return measure.prose_windows(data.DEFAULT_TOKENIZER)
+
+
+def test_prose_windows_are_held_out_bos_first_windows_of_512(prose):
+    assert prose.shape[1] == measure.PROSE_LEN and (prose[:, 0] == 0).all() and prose.shape[0] >= 50
+    assert torch.equal(measure.prose_windows(data.DEFAULT_TOKENIZER, limit=5), prose[:5])
+
+
+def test_one_pass_gives_what_separate_passes_give(prose):
+    """published_measures reads T=512, Gu's T=64 and M-Act off one forward pass per batch: the T=64 shares equal a
+    pass over 64-token windows (attention is causal) and M-Act equals massive_activations' (which runs the fused
+    attention kernel) to float rounding."""
+    torch.manual_seed(0)
+    model = minigate.Transformer(model_config("code", "none")).eval()
+    x = prose[:6]
+    m = analysis.published_measures(model, x, batch_size=4)
+    short = analysis.attention_sink(model, x[:, :analysis.GU_LEN], batch_size=4)
+    assert torch.allclose(m.sink_64.share, short.share, atol=1e-6) and m.sink_rate_64 == short.sink_rate
+    assert m.max_head_64 == pytest.approx(short.share.max().item(), abs=1e-6)
+    assert torch.equal(m.sink.share, analysis.attention_sink(model, x, batch_size=4).share)
+    assert m.m_act == pytest.approx(analysis.massive_activations(model, x, batch_size=4).m_act, rel=1e-6)
+    short_only = analysis.published_measures(model, x[:, :analysis.GU_LEN])  # no second protocol at T <= 64
+    assert short_only.sink_rate_64 is None and short_only.seq_len == analysis.GU_LEN
+
+
+def test_measures_are_the_papers_metrics_and_where_the_largest_head_is(prose):
+    torch.manual_seed(0)
+    model = minigate.Transformer(model_config("code", "headwise"))  # the shipped size, untrained
+    row = measure.measure_model(model, prose[:4], "x", val_loss_code=3.0)
+    assert 0 < row.uniform < row.f_attn < 1 and row.f_attn_excess == row.f_attn - row.uniform
+    assert len(row.m_act_per_layer) == 4 and row.m_act == pytest.approx(sum(row.m_act_per_layer) / 4)
+    layer, head = row.max_head_at
+    assert 0 <= layer < 4 and 0 <= head < 4 and row.val_loss_code == 3.0 and row.windows == 4
+    assert row.max_head >= max(row.f_attn_per_layer) and row.max_act == max(row.m_act_per_layer)
+
+
+def test_write_measurements_stores_the_record_under_its_field_names(tmp_path, prose):
+    folder = shutil.copytree(SHIPPED_DIR / "code-elementwise", tmp_path / "code-elementwise")
+    (folder / measure.MEASUREMENTS).unlink()
+    row = measure.measure_folder(folder, prose[:4])
+    measure.write_measurements(folder, row, prose[:4])
+    stored = json.loads((folder / measure.MEASUREMENTS).read_text())
+    protocol = stored["protocol"]
+    assert protocol["windows"] == 4 and protocol["windows_sha256"] == measure.windows_digest(prose[:4])
+    assert {k: v for k, v in stored.items() if k != "protocol"} == json.loads(json.dumps(row.record()))
+    assert set(row.numbers()) <= set(stored) and 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1
+    again = measure.Shipped.from_record(stored)
+    assert again.record() == json.loads(json.dumps(row.record())) and again.sink is None
+
+
+def test_a_run_folder_is_measured_from_its_model_and_history(tmp_path, prose):
+    """A finished `minigate train` folder (model/ and history.json): what lesson 04 measures of a learner's runs."""
+    run_dir = tmp_path / "code-baseline"
+    shutil.copytree(SHIPPED_DIR / "code-baseline", run_dir / "model")
+    shutil.copyfile(SHIPPED_DIR / "code-baseline" / "history.json", run_dir / "history.json")
+    (run_dir / "model" / "history.json").unlink()
+    row = measure.measure_folder(run_dir, prose[:2])
+    assert row.name == "code-baseline" and row.val_loss_code == minigate.shipped_run("code-baseline")["history"][
+        "val_loss"][-1]
+    assert row.f_attn == pytest.approx(measure.measure_folder(SHIPPED_DIR / "code-baseline", prose[:2]).f_attn)
+
+
+def row(excess, m_act, loss, sinks=0.25):
+    return measure.Shipped.from_record({"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss,
+                                        "sink_rate_64": sinks})
+
+
+def test_ratios_are_baseline_over_gated_for_each_gated_variant():
+    rows = {"none": row(0.06, 60, 2.0), "headwise": row(0.02, 30, 2.0), "elementwise": row(0.015, 20, 2.0)}
+    got = measure.ratios(rows)
+    assert set(got) == {"headwise", "elementwise"}
+    assert got["headwise"] == pytest.approx({"f_attn_excess": 3.0, "m_act": 2.0})
+    assert got["elementwise"] == pytest.approx({"f_attn_excess": 4.0, "m_act": 3.0})
+
+
+def test_the_bar_names_each_failure():
+    ok = measure.bar({"none": row(0.06, 60, 2.00), "headwise": row(0.03, 40, 2.01, 0.125)})
+    assert all(holds for _, holds in ok) and len(ok) == 6
+    bad = dict(measure.bar({"none": row(0.02, 15, 2.0, 0.0), "headwise": row(0.011, 11, 2.05, 0.0)}))
+    assert not any(bad.values())  # each line fails on its own number
+    assert set(bad) == {"baseline F-Attn >= 0.03 above uniform", "baseline has sink heads at T=64 (a head above 0.3)",
+                        "headwise: excess F-Attn >= 2x smaller", "headwise: M-Act >= 1.5x smaller",
+                        "headwise: fewer sink heads at T=64", "headwise: val loss <= baseline + 0.02"}
+
+
+@pytest.mark.parametrize("preset", ["code", "code-moe"])
+def test_every_shipped_preset_meets_the_bar_but_not_every_aim(preset):
+    """The one bar (measure.bar), run on the stored rows; the 3x aim it replaced is missed by the code models'
+    M-Act (1.9x and 2.4x), which the release script reports without failing."""
+    rows = measure.shipped_rows(preset)
+    assert [what for what, holds in measure.bar(rows) if not holds] == []
+    x = measure.ratios(rows)
+    if preset == "code":
+        assert x["headwise"]["m_act"] < measure.AIM and x["elementwise"]["m_act"] < measure.AIM
+
+
+def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tmp_path, prose):
+    """measure_shipped fails, naming the number and the fix, when a stored number is not what the weights give."""
+    shutil.copytree(SHIPPED_DIR / "code-headwise", tmp_path / "code-headwise")
+    stored = json.loads((tmp_path / "code-headwise" / measure.MEASUREMENTS).read_text())
+    stored["m_act"] += 1.0
+    (tmp_path / "code-headwise" / measure.MEASUREMENTS).write_text(json.dumps(stored))
+    with pytest.raises(AssertionError, match=r"code-headwise: m_act .* --measure"):
+        measure.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
+
+
+def test_the_shipped_measurements_are_what_the_shipped_weights_give():
+    """measurements.json is current: each shipped code model measured again on the same windows agrees with it
+    (measure_shipped asserts it; a re-shipped model without `--measure` fails here), with the stats for plots."""
+    rows = measure.measure_preset("code")
+    assert list(rows) == list(measure.NAMES) and all(r.same_windows for r in rows.values())
+    assert rows["none"].sink.f_attn == pytest.approx(rows["none"].f_attn)
+    assert rows["none"].act.m_act == pytest.approx(rows["none"].m_act)
+    m_act = rows["none"].m_act / rows["elementwise"].m_act
+    assert measure.ratios(rows)["elementwise"]["m_act"] == pytest.approx(m_act)
+    assert measure.shipped_variants("code") == list(measure.NAMES)
+    assert measure.shipped_variants("code-moe") == ["none", "elementwise"]

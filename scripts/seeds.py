@@ -1,0 +1,85 @@
+"""Measure a recipe's seeds with the shipped protocol and record every (seed, variant) row in data/seeds/<preset>.json.
+
+    python scripts/seeds.py --preset code --runs 1=runs/seeds/seed1/code-{name} --runs 2=runs/code-seed2/{name}
+
+Seed 0 is the shipped trio (data/checkpoints/<preset>-*: its measurements.json, run.json and history). Each further
+seed is three finished `minigate train` folders, {name} standing for baseline, headwise and elementwise: lesson 03's
+GROW switch writes runs/<preset>-seed<N>/<name>. Each is measured with measure.measure_folder on the 75 held-out
+windows (the shipped models' windows: the SHA-256 is checked), from the run's own fp32 weights. The seeds' weights
+are not shipped; a row carries what tells the runs apart: the corpus (each machine builds python-code from its own
+installed packages, so the spread includes the corpus), the precision and the training speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from minigate import measure
+from minigate.pretrained import SHIPPED_DIR
+
+
+def run_facts(run_json: dict, history: dict) -> dict:
+    """What a row records of the run itself: corpus, precision, speed."""
+    corpus = run_json.get("python_code", {})
+    precision = run_json.get("precision_used") or run_json["train"]["precision"]
+    if precision == "auto":  # runs from before `auto` chose bf16 on CPUs with bf16 units: auto was fp32 on any CPU
+        precision = "fp32"
+    return {"corpus_sha256": corpus.get("sha256"), "corpus_files": corpus.get("files"),
+            "python": corpus.get("python"), "precision": precision,
+            "tokens_per_s": round(statistics.median(history["tokens_per_s"]))}
+
+
+def row(seed: int, variant: str, measured: measure.Shipped, folder: Path) -> dict:
+    history = json.loads((folder / "history.json").read_text())
+    return {"seed": seed, "variant": variant, **measured.record(),
+            **run_facts(json.loads((folder / "run.json").read_text()), history)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="code")
+    ap.add_argument("--runs", action="append", default=[], metavar="SEED=PATTERN",
+                    help="a seed and its run folders, {name} for baseline / headwise / elementwise")
+    ap.add_argument("--out", help="default: data/seeds/<preset>.json")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    prose = measure.prose_windows(SHIPPED_DIR / f"{args.preset}-baseline" / "tokenizer.json")
+    digest = measure.windows_digest(prose)
+    rows = []
+    for variant, name in measure.NAMES.items():  # seed 0: the shipped trio, as its measurements.json holds it
+        folder = SHIPPED_DIR / f"{args.preset}-{name}"
+        stored = measure.stored(folder.name)
+        assert stored["protocol"]["windows_sha256"] == digest, f"{folder.name} was measured on other windows"
+        rows.append(row(0, variant, measure.Shipped.from_record(stored), folder))
+    for spec in args.runs:
+        seed, pattern = spec.split("=", 1)
+        for variant, name in measure.NAMES.items():
+            folder = Path(pattern.format(name=name))
+            if not (folder / "model" / "config.json").is_file():
+                print(f"seeds: {folder} is not finished; leaving seed {seed} {name} out", file=sys.stderr)
+                continue
+            recorded = json.loads((folder / "run.json").read_text())["train"]["seed"]
+            assert recorded == int(seed), f"{folder} is seed {recorded}, not {seed}"
+            measured = measure.measure_folder(folder, prose, name=f"seed{seed}-{name}")
+            rows.append(row(int(seed), variant, measured, folder))
+            print(f"seeds: seed {seed} {name}: {rows[-1]['sink_rate_64'] * 16:.0f} sink heads at T=64, strongest "
+                  f"{rows[-1]['max_head_64']:.2f}, excess {rows[-1]['f_attn_excess']:.3f}, M-Act "
+                  f"{rows[-1]['m_act']:.0f}", flush=True)
+    out = Path(args.out or SHIPPED_DIR.parent / "seeds" / f"{args.preset}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=digest, weights="each run's own weights "
+                    "(seed 0: the shipped 16-bit weights)")
+    out.write_text(json.dumps({"preset": args.preset, "protocol": protocol, "rows": rows}, indent=1) + "\n")
+    print(f"seeds: {len(rows)} rows -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

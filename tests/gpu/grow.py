@@ -1,0 +1,50 @@
+"""Lesson 03's GROW switch on a CUDA machine, in the foreground: the estimate from timed steps, then the three
+`minigate train --preset code-gpu --variant V --set seed=N` runs the switch's background process runs (Grow.run), each
+timed, then all three measured as the shipped models are (measure.measure_folder on the 75 held-out windows).
+
+    python tests/gpu/grow.py --seed 0 --root /tmp/runs --json $OUT/grow.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from minigate import measure
+from minigate.course.grow import Grow
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--root", default="runs")
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args(argv)
+    grow = Grow(seed=args.seed, root=args.root)
+    out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "preset": grow.preset,
+           "seed": grow.seed, "estimate_minutes": grow.estimate()}
+    print("estimate:", out["estimate_minutes"], flush=True)
+    t0 = time.perf_counter()
+    rc = grow.run()
+    out["run_seconds"], out["rc"] = time.perf_counter() - t0, rc
+    out["train_seconds"] = {}
+    for v, name in measure.NAMES.items():  # steps only, from the history (corpus build and evaluations excluded)
+        h = json.loads((grow.folder(v) / "history.json").read_text())
+        r = json.loads((grow.folder(v) / "run.json").read_text())["train"]
+        tokens = r["batch_size"] * r["seq_len"] * r.get("grad_accum", 1)
+        out["train_seconds"][name] = sum(tokens / s for s in h["tokens_per_s"])
+    if rc == 0:
+        prose = measure.prose_windows()
+        out["rows"] = {v: r.record() for v, r in grow.measure(prose, "cuda" if torch.cuda.is_available() else "cpu").items()}
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+    print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=2))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

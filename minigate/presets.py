@@ -88,11 +88,20 @@ class Preset:
     probe: str = ""  # corpus whose held-out windows the CLI's sink tracker measures ("": the validation split)
 
 
+# precision="fp32" in the presets the lessons and tests train on a CPU (ci, copy, induction) and in text: "auto" would
+# train in bf16 on a CPU with native bf16 (hardware.pick_precision), and the lessons' stored outputs, the tests' exact
+# comparisons and the shipped text-* and copy-* checkpoints are fp32 runs, the same on every CPU.
+
 # the copy-task model and schedule, shared by the copy and induction presets
 _COPY_MODEL = dict(vocab_size=130, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=256,
                    max_seq_len=64)
 _COPY_TRAIN = TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
-                          eval_batches=0, ckpt_every=500, ckpt_minutes=5)
+                          eval_batches=0, ckpt_every=500, ckpt_minutes=5, precision="fp32")
+# the code model and recipe, shared by the code and code-moe presets
+_CODE_MODEL = dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
+                   max_seq_len=512)
+_CODE_TRAIN = TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
+                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)
 
 PRESETS: dict[str, Preset] = {
     # ~0.37M parameters; 300 steps x 2k tokens; about a minute on 2 CPU cores (data loading included)
@@ -101,7 +110,7 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=192,
                    max_seq_len=128),
         train=TrainConfig(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=30, eval_every=100,
-                          eval_batches=10, ckpt_every=100)),
+                          eval_batches=10, ckpt_every=100, precision="fp32")),
     # ~0.1M parameters; the marked copy task (data.copy_task); 5000 steps x 2k tokens, about 5 minutes on 2 CPU cores
     "copy": Preset(
         about="the course's sink demonstration: the marked copy task, ~5 minutes on 2 CPU cores",
@@ -120,28 +129,22 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
                    max_seq_len=256),
         train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
-                          eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
+                          eval_batches=20, ckpt_every=250, ckpt_minutes=5, precision="fp32")),
     # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 4k tokens
     # (16M tokens, about a third of a pass); lr constant after warmup, then a linear decay over the last 20% (wsd);
-    # fp32 with train()'s tuned allocator, about 35-40 minutes per model on 2 cores. The pilots that chose it and what
-    # it grows: docs/experiments.md sections 13-14
+    # precision "auto": fp32 with train()'s tuned allocator, about 35-40 minutes per model on 2 cores, or bf16 on a
+    # CPU with native bf16 (15-17 minutes per model on such a 2-core machine). The pilots that chose it and what it
+    # grows: docs/experiments.md sections 13-14
     "code": Preset(
         about="the natural-data recipe for 2 CPU cores: ~35-40 min per model (the code-* checkpoints)",
-        corpus="python-code", probe="wikitext-2",
-        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
-                   max_seq_len=512),
-        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
-                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+        corpus="python-code", probe="wikitext-2", model=_CODE_MODEL, train=_CODE_TRAIN),
     # ~3.2M parameters (1.4M active per token); the code recipe with a mixture-of-experts feed-forward, as the
     # paper's headline models are MoE (15B-A2.5B): 8 experts of width 192, 2 per token, so each token runs the dense
     # model's 384 FFN units; Qwen3-MoE's balance loss at 0.001. About 40-45 minutes per model on 2 CPU cores
     "code-moe": Preset(
         about="the code recipe with an MoE feed-forward (8 experts, 2 per token; lesson 08): ~40-45 min per model",
         corpus="python-code", probe="wikitext-2",
-        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
-                   max_seq_len=512, n_experts=8, n_experts_per_token=2, d_expert=192),
-        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
-                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+        model=dict(_CODE_MODEL, n_experts=8, n_experts_per_token=2, d_expert=192), train=replace(_CODE_TRAIN)),
     # ~6.2M parameters; the natural-data recipe for a GPU (docs/gpu.md): seq_len 512 on python-code, read about
     # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model. A T4 is a projection,
     # not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate)

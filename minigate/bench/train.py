@@ -40,8 +40,9 @@ from minigate import Transformer
 from minigate.bench.common import qwen3_twin
 from minigate.data import sample_batch
 from minigate.evaluation import token_cross_entropy
+from minigate.hardware import pick_device, pick_precision, tune_cpu_allocator
 from minigate.presets import PRESETS, model_config
-from minigate.train import lr_at, make_optimizer, pick_device, pick_precision, train, tune_cpu_allocator
+from minigate.train import lr_at, make_optimizer, train
 
 # CPU contenders of the settings comparison: name -> (tune the allocator, precision, torch.compile)
 SETTINGS = {

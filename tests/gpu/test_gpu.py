@@ -13,6 +13,7 @@ import minigate
 from minigate import ModelConfig, Transformer
 from minigate import train as T
 from minigate.cli import main
+from minigate.hardware import pick_precision
 from minigate.presets import TrainConfig
 
 pytestmark = [pytest.mark.gpu,
@@ -47,9 +48,9 @@ def test_training_on_cuda_learns_in_every_precision(precision):
 
 
 def test_fp16_uses_a_grad_scaler_and_auto_picks_by_capability():
-    assert T.pick_precision("fp16", torch.device("cuda")) == (torch.float16, True)
+    assert pick_precision("fp16", torch.device("cuda")) == (torch.float16, True)
     want = (torch.bfloat16, False) if torch.cuda.get_device_capability()[0] >= 8 else (torch.float16, True)
-    assert T.pick_precision("auto", torch.device("cuda")) == want
+    assert pick_precision("auto", torch.device("cuda")) == want
 
 
 def test_compile_matches_eager_closely():

@@ -61,7 +61,7 @@ def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypat
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "2000000")
     run = tmp_path / "runs" / "code-elementwise"
     shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
-    assert main(["train", "--preset", "code", "--gate", "elementwise", "--out", str(run), "--steps", "2",
+    assert main(["train", "--preset", "code", "--variant", "elementwise", "--out", str(run), "--steps", "2",
                  "--quiet", "--threads", "1", *shrink]) == 0
     got = ship.ship_one(run, tmp_path / "ship" / "code-elementwise", prose[:2])
     shipped = tmp_path / "ship" / "code-elementwise"

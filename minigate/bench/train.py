@@ -1,9 +1,13 @@
-"""Training throughput (tokens/s): on CPU, first the settings that could speed up the natural-data recipe
-(--preset, default `code`), each contender in a fresh process of its own (the allocator setting is
-process-wide and lasting), in interleaved rounds:
+"""Training throughput (tokens/s): first what precision="auto" chooses on this machine and how much of the machine's
+best matmul rate in that precision train() reaches on the natural-data recipe (--preset, default `code`; `code-gpu`
+on CUDA): its model FLOP/s (6 x parameters + causal attention, per token) over the best square matmul's FLOP/s in
+that precision, both measured in the same run.
 
-    fp32, glibc's default allocator     what train() did before tune_cpu_allocator
-    fp32, tuned allocator               train()'s CPU default
+Then, on CPU, the settings that could speed up the recipe, each contender in a fresh process of its own (the
+allocator setting is process-wide and lasting), in interleaved rounds:
+
+    fp32, glibc's default allocator     what train() gets where it cannot tune the allocator (not glibc)
+    fp32, tuned allocator               train()'s CPU default where the CPU has no native bf16
     bf16 autocast                       pays only on CPUs with native bf16 matrix units (AMX, AVX512-BF16)
     fp32 + torch.compile                its one-off compile time printed apart, and its end-to-end ratio
 
@@ -21,7 +25,7 @@ noise; each step's time runs from sampling the batch to the end of the optimizer
 train()'s own tokens/s. The first step of every round is dropped. Reports medians and ratios.
 
     python -m minigate.bench train [--device auto] [--threads 2] [--rounds 5] [--steps 10] [--preset code]
-                                   [--settings-rounds 3] [--skip-settings]
+                                   [--settings-rounds 3] [--skip-settings] [--auto-rounds 2]
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ import time
 import torch
 
 from minigate import Transformer
-from minigate.bench.common import qwen3_twin
+from minigate.bench.ablation import forward_flops
+from minigate.bench.common import best_matmul_rate, qwen3_twin
 from minigate.data import sample_batch
 from minigate.evaluation import token_cross_entropy
-from minigate.hardware import pick_device, pick_precision, tune_cpu_allocator
+from minigate.hardware import cpu_has_native_bf16, pick_device, pick_precision, precision_name, tune_cpu_allocator
 from minigate.presets import PRESETS, model_config
 from minigate.train import lr_at, make_optimizer, train
 
@@ -112,7 +117,7 @@ def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dic
     print(f"CPU settings, {preset_name} preset ({m.d_model} wide, {m.n_layers} layers, {m.n_heads} x {m.head_dim} "
           f"heads, batch {t.batch_size} x {t.seq_len}), {threads} threads, fresh process per turn; median of "
           f"{len(rates[next(iter(SETTINGS))])} steps each ({rounds} interleaved rounds of {steps - 1}); "
-          f"native bf16: {torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
+          f"native bf16: {cpu_has_native_bf16()}")
     base = med["fp32, glibc's default allocator"]
     for name, r in med.items():
         print(f"  {name:34s} {r:9,.0f} tok/s  {r / base:5.2f}x fp32 with glibc's defaults")
@@ -125,6 +130,44 @@ def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dic
     return med
 
 
+def train_flops_per_token(model_cfg, seq_len: int) -> float:
+    """Training FLOPs per token: three times the forward's (the backward is two forwards), 2 per parameter plus causal
+    attention (bench.ablation.forward_flops)."""
+    params = Transformer(model_cfg).num_params()
+    return 3 * forward_flops(params, model_cfg.n_layers, model_cfg.n_heads, model_cfg.head_dim, 1, seq_len) / seq_len
+
+
+def auto_precision(preset_name: str, device: torch.device, steps: int, rounds: int) -> dict:
+    """What precision="auto" chooses here, and the share of the machine's best matmul rate in that precision that
+    train() reaches on the preset's baseline (median tokens/s of `rounds` runs of `steps` steps, the first step of
+    each dropped); prints one report and returns its numbers."""
+    amp_dtype, _ = pick_precision("auto", device)
+    chosen = precision_name(amp_dtype)
+    best, n = best_matmul_rate(amp_dtype or torch.float32, device)
+    train_cfg = dataclasses.replace(PRESETS[preset_name].train, steps=steps, warmup_steps=1, eval_every=10**9,
+                                    eval_batches=1, ckpt_every=0, ckpt_minutes=0, device=str(device),
+                                    precision="auto", compile=False)
+    model_cfg = model_config(preset_name, "none")
+    tokens = torch.randint(1, model_cfg.vocab_size, (500_000,), generator=torch.Generator().manual_seed(0))
+    val = tokens[: train_cfg.seq_len * train_cfg.batch_size]
+    rates = []
+    for _ in range(rounds):
+        torch.manual_seed(0)
+        history = train(Transformer(model_cfg), tokens, val, train_cfg, progress=False)
+        assert history.info["precision_used"] == chosen
+        rates += history.tokens_per_s[1:]
+    tok_s = statistics.median(rates)
+    achieved = tok_s * train_flops_per_token(model_cfg, train_cfg.seq_len)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"CPU, {torch.get_num_threads()} threads, native bf16: {cpu_has_native_bf16()}")
+    print(f"precision='auto' on {where}: {chosen}. train() on the {preset_name} baseline (batch {train_cfg.batch_size} "
+          f"x {train_cfg.seq_len}): {tok_s:,.0f} tokens/s = {achieved / 1e9:.1f} GFLOP/s of model FLOPs, "
+          f"{achieved / best:.1%} of this machine's best {chosen} matmul rate ({best / 1e9:.1f} GFLOP/s, "
+          f"{n} x {n}; median of {len(rates)} steps)")
+    return {"precision": chosen, "tokens_per_s": tok_s, "model_flops": achieved, "best_matmul_flops": best,
+            "fraction": achieved / best}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m minigate.bench train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,7 +177,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10, help="training steps per turn")
     ap.add_argument("--preset", default="code", help="the recipe whose sizes the CPU settings comparison uses")
     ap.add_argument("--settings-rounds", type=int, default=3, help="turns per CPU settings contender")
-    ap.add_argument("--skip-settings", action="store_true", help="only the train() vs plain loop comparison")
+    ap.add_argument("--skip-settings", action="store_true", help="no CPU settings comparison")
+    ap.add_argument("--auto-rounds", type=int, default=2, help="runs of --steps steps for the precision report")
     ap.add_argument("--worker", choices=SETTINGS, help=argparse.SUPPRESS)  # one settings contender (internal)
     args = ap.parse_args(argv)
     if args.preset not in PRESETS:
@@ -144,6 +188,7 @@ def main(argv=None):
         print(json.dumps(settings_worker(args.worker, args.preset, args.steps)))
         return None
     device = pick_device(args.device)
+    auto_precision("code-gpu" if device.type == "cuda" else args.preset, device, args.steps, args.auto_rounds)
     if device.type == "cpu" and not args.skip_settings:
         cpu_settings(args.preset, args.threads, args.settings_rounds, args.steps)
     preset_name = "code-gpu" if device.type == "cuda" else "ci"

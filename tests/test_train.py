@@ -235,8 +235,8 @@ def test_native_bf16_means_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, nat
 def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_not_bitwise(tmp_path, monkeypatch):
     tr, va = _data()
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
-    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path, run_json={"preset": "tiny"},
-            progress=False)
+    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+            run_json={"preset": "tiny"}, progress=False)
     assert json.loads((tmp_path / "run.json").read_text()) == {"preset": "tiny", "precision_used": "bf16"}
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # the same run folder on another CPU
     with pytest.warns(UserWarning, match="resuming in fp32 a run checkpointed in bf16.*not bitwise"):

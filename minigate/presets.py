@@ -177,7 +177,8 @@ def check_seq_len(model_cfg: ModelConfig, what: str, seq_len: int, fix: str):
         raise ValueError(f"{what}={seq_len} is longer than the model's max_seq_len={model_cfg.max_seq_len}; {fix}")
 
 
-def check_context(model_cfg: ModelConfig, cfg: TrainConfig):
+def check_context(model_cfg: ModelConfig, train_cfg: TrainConfig):
     """A ValueError if the training sequences are longer than the context the model is built for."""
-    check_seq_len(model_cfg, "TrainConfig.seq_len", cfg.seq_len, f"train at seq_len <= {model_cfg.max_seq_len}, or "
-                  f"build the model with max_seq_len >= {cfg.seq_len} (--set max_seq_len={cfg.seq_len})")
+    seq_len = train_cfg.seq_len
+    check_seq_len(model_cfg, "TrainConfig.seq_len", seq_len, f"train at seq_len <= {model_cfg.max_seq_len}, or build "
+                  f"the model with max_seq_len >= {seq_len} (--set max_seq_len={seq_len})")

@@ -38,13 +38,14 @@ class TrainConfig:
     seed: int = 0  # seeds the data sampler (seed the model's init yourself, before building it)
     device: str = "auto"  # "auto": cuda, then mps, then cpu; or a torch device string like "cuda:1"
     precision: str = "auto"  # "fp32", "bf16" (autocast), "fp16" (autocast + GradScaler, CUDA only) or
-    #                          "auto": bf16 on GPUs that have it (Ampere+), fp16 on older ones (T4), else fp32
+    #                          "auto": bf16 on GPUs that have it (Ampere+), fp16 on older ones (T4), bf16 on CPUs
+    #                          with native bf16 (AVX512-BF16, AMX), else fp32 (hardware.pick_precision)
     compile: bool | str = False  # torch.compile the training forward: True, False, or "auto" (on CUDA only);
     #                              slow first steps; if compiling fails, training goes on without it (a warning)
     spike_factor: float = 1.5  # a step is a loss spike if its loss > spike_factor * running mean, where
     spike_window: int = 50  # running mean = mean train loss of the previous spike_window steps (once full)
-    router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (Transformer.aux_loss)
-    #                                      added to the training loss, as Qwen3-MoE's default; 0: off
+    router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (the forward returns it,
+    #                                      moe.py) added to the training loss, as Qwen3-MoE's default; 0: off
 
     def __post_init__(self):
         self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas  # JSON: a list

@@ -8,8 +8,9 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-# tests and CI read WikiText-2 from ../shared/data when it is there (no dataset hub needed)
-export MINIGATE_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
+# tests and CI read WikiText-2 from ../shared/data when it is there (no dataset hub needed): the folder of local
+# corpus copies, MINIGATE_CORPORA_DIR
+export MINIGATE_CORPORA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
 .PHONY: install lab lessons test test-cpus gpu-check bench clean

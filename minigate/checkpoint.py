@@ -81,7 +81,7 @@ def weights_digest(tensors: dict) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.Tensor, cfg: TrainConfig,
+def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.Tensor, train_cfg: TrainConfig,
                     history: History):
     weights = model.state_dict()
     state = {
@@ -89,7 +89,7 @@ def save_checkpoint(path: Path, model, opt, scaler, step: int, data_rng: torch.T
         "scaler": scaler.state_dict(),
         "rng": {"data": data_rng, "torch": torch.get_rng_state(), "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        "model_config": model.cfg.to_dict(), "train_config": asdict(cfg), "history": history.to_dict(),
+        "model_config": model.cfg.to_dict(), "train_config": asdict(train_cfg), "history": history.to_dict(),
     }
     atomic_write(path, lambda f: torch.save(state, f))
     save_history(path.with_name("history.json"), history)
@@ -147,13 +147,13 @@ def check_checkpoint(out_dir, model_cfg: ModelConfig, resume: bool) -> dict | No
     return ckpt
 
 
-def restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, cfg: TrainConfig) -> History:
+def restore(ckpt: dict, model, opt, scaler, gen: torch.Generator, train_cfg: TrainConfig) -> History:
     """Load a checkpoint (from check_checkpoint) into the model, optimizer, scaler, data sampler and RNGs;
-    a warning if cfg changes numbers the checkpoint's run was trained with. Returns its history."""
+    a warning if train_cfg changes numbers the checkpoint's run was trained with. Returns its history."""
     old = TrainConfig(**ckpt["train_config"])
-    changed = [f for f in MATH_FIELDS if getattr(old, f) != getattr(cfg, f)]
+    changed = [f for f in MATH_FIELDS if getattr(old, f) != getattr(train_cfg, f)]
     if changed:
-        warnings.warn("resuming with a changed " + ", ".join(f"{f} ({getattr(old, f)} -> {getattr(cfg, f)})"
+        warnings.warn("resuming with a changed " + ", ".join(f"{f} ({getattr(old, f)} -> {getattr(train_cfg, f)})"
                                                              for f in changed)
                       + ": the run will not match an uninterrupted one", stacklevel=4)
     model.load_state_dict(ckpt["model"])

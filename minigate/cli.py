@@ -13,7 +13,6 @@ of tokenizer.json and run.json so the folder is self-contained.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -30,32 +29,32 @@ def cmd_train(args) -> int:
     from .train import Interrupted, TrainingDiverged
 
     sets = dict(_parse_set(s) for s in args.set or [])
-    run = plan_run(args.preset, args.variant, args.out, args.resume, sets, args.steps, args.device, args.precision,
-                   args.tokenizer)
-    ranks = distributed.setup(run.cfg.device)  # under torchrun: join the other processes (DDP)
+    plan = plan_run(args.preset, args.variant, args.out, args.resume, sets, args.steps, args.device, args.precision,
+                    args.tokenizer)
+    ranks = distributed.setup(plan.train_cfg.device)  # under torchrun: join the other processes (DDP)
     say = print if ranks.main else (lambda *a, **k: None)  # rank 0 speaks for the run
     if ranks.world > 1:
-        say(f"training data-parallel on {ranks.world} processes ({distributed.backend()}); rank 0 writes {run.out}",
+        say(f"training data-parallel on {ranks.world} processes ({distributed.backend()}); rank 0 writes {plan.out}",
             flush=True)
     try:
-        history = execute(run, progress=not args.quiet and ranks.main, announce=lambda line: say(line, flush=True))
+        history = execute(plan, progress=not args.quiet and ranks.main, announce=lambda line: say(line, flush=True))
     except Interrupted as e:
         distributed.barrier(ranks)  # rank 0 has written the checkpoint: all leave together
-        say(f"stopped ({signal_name(e.signum)}); continue with: {run.resume_command}", flush=True)
+        say(f"stopped ({signal_name(e.signum)}); continue with: {plan.resume_command}", flush=True)
         return 128 + e.signum  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except CouldNotWrite as e:
-        print(f"error: could not write to {run.out} ({e.error.strerror or e.error}); the last checkpoint there is "
-              f"intact: free space or fix the folder, then {run.resume_command}", file=sys.stderr)
+        print(f"error: could not write to {plan.out} ({e.error.strerror or e.error}); the last checkpoint there is "
+              f"intact: free space or fix the folder, then {plan.resume_command}", file=sys.stderr)
         return 1
     distributed.barrier(ranks)  # rank 0 has written model/: all leave the process group together
     if not ranks.main:
         return 0
     val = history.val_loss[-1]
     print(f"done: validation loss {val:.4f} (perplexity {math.exp(val):.1f}), {len(history.spikes)} loss "
-          f"spikes. Open with minigate.from_pretrained({str(run.out / 'model')!r})")
+          f"spikes. Open with minigate.from_pretrained({str(plan.out / 'model')!r})")
     return 0
 
 
@@ -75,7 +74,8 @@ def cmd_eval(args) -> int:
 
     from . import data, from_pretrained
     from .evaluation import evaluate
-    from .run import load_tokens
+    from .run import check_vocabulary, load_tokens
+    from .runfolder import read_run_json
 
     folder = Path(args.dir)
     if (folder / "model" / "config.json").exists():
@@ -83,29 +83,36 @@ def cmd_eval(args) -> int:
     if not (folder / "config.json").exists():
         raise ValueError(f"{args.dir} holds no model (no config.json, nor model/config.json); "
                          "pass a folder written by `minigate train` or minigate.save_pretrained")
-    run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
-    corpus = args.corpus or run.get("corpus", "wikitext-2")
-    seq_len = args.seq_len or run.get("train", {}).get("seq_len", 128)
-    bos_id = run.get("train", {}).get("bos_id", 0)
-    tokenizer = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
+    recorded = read_run_json(folder) if (folder / "run.json").exists() else {}
+    corpus = args.corpus or recorded.get("corpus", "wikitext-2")
+    seq_len = args.seq_len or recorded.get("train", {}).get("seq_len", 128)
+    bos_id = recorded.get("train", {}).get("bos_id", 0)
+    tokenizer_path = folder / "tokenizer.json" if (folder / "tokenizer.json").exists() else data.DEFAULT_TOKENIZER
     model = from_pretrained(folder)
     if not args.beyond_max_seq_len:
         check_seq_len(model.cfg, "--seq-len", seq_len, "the context it was trained for; add --beyond-max-seq-len to "
                       "measure extrapolation on purpose")
     if corpus in data.TASKS:
         val_ids = load_tokens(corpus, None, seq_len, model.cfg.vocab_size)[1]
-    else:
-        tok = data.load_tokenizer(tokenizer)
-        if tok.get_vocab_size() > model.cfg.vocab_size:
-            raise ValueError(f"tokenizer {tokenizer} has {tok.get_vocab_size()} tokens but the model only "
-                             f"{model.cfg.vocab_size}; is this the tokenizer the model was trained with?")
-        val_ids = data.encode(data.load_documents(corpus)[1], tok)
+    else:  # the held-out split only
+        tokenizer = data.load_tokenizer(tokenizer_path)
+        check_vocabulary(tokenizer, f"tokenizer {tokenizer_path}", model.cfg.vocab_size,
+                         "is this the tokenizer the model was trained with?")
+        val_ids = data.encode(data.load_documents(corpus)[1], tokenizer)
     with torch.inference_mode():
         loss = evaluate(model, val_ids, seq_len, args.batch_size, bos_id)
     n = val_ids[..., 1:].numel() if val_ids.dim() == 2 else (val_ids.numel() // seq_len) * seq_len
     print(f"{folder}: validation loss {loss:.4f}, perplexity {math.exp(loss):.2f} "
           f"({corpus} held-out split, {n:,} tokens in windows of {seq_len})")
     return 0
+
+
+class _Renamed(argparse.Action):
+    """A flag that has another name now: one line naming it (exit 2), before any other check."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(2, f"error: {option_string} is now spelled --variant: --variant {values or 'VARIANT'} (one of "
+                       f"{', '.join(VARIANTS)})\n")
 
 
 def _positive(text: str) -> int:
@@ -130,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "with torchrun --nproc_per_node N, it trains data-parallel (DDP) on N processes.")
     t.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="; ".join(f"{name}: {PRESETS[name].about}" for name in PRESET_NAMES))
-    t.add_argument("--variant", "--gate", dest="variant", required=True, choices=tuple(VARIANTS),
+    t.add_argument("--variant", required=True, choices=tuple(VARIANTS),
                    help="none: baseline; headwise / elementwise: the paper's G1 sigmoid output gate, one score per "
-                        "head or per head dimension (--gate is another spelling)")
+                        "head or per head dimension")
+    t.add_argument("--gate", "--gates", nargs="?", action=_Renamed, help=argparse.SUPPRESS)
     t.add_argument("--out", required=True, help="run folder (checkpoint.pt, history.json, model/)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     t.add_argument("--steps", type=_positive, help="override the preset's number of steps")

@@ -15,6 +15,7 @@ is the README's "Training across processes".
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -105,14 +106,44 @@ class RankZeroStopped(RuntimeError):
     """Rank 0 could not start the run (a bad folder, a checkpoint to resume without --resume, ...); it said why."""
 
 
-def rank_zero_says(ranks: Ranks, ok: bool = True) -> bool:
-    """Rank 0 tells the others whether the run starts (after it checked and locked the run folder); every rank gets
-    rank 0's `ok`."""
+def _rank_zero_says(ranks: Ranks, ok: bool = True) -> bool:
+    """Every rank gets rank 0's `ok` (a broadcast; a no-op in a single process)."""
     if ranks.world == 1:
         return ok
     t = torch.tensor([int(ok)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.broadcast(t, src=0)
     return bool(t.item())
+
+
+@contextmanager
+def rank_zero_first(ranks: Ranks):
+    """Rank 0 checks and prepares the run folder while the other ranks wait at the start of the block:
+
+        with rank_zero_first(ranks) as checked:
+            if not ranks.main:
+                ...             # runs once rank 0 called checked(); RankZeroStopped if rank 0 raised before it
+            ...                 # rank 0: check, lock, write run.json
+            checked()           # the other ranks go on now
+
+    If rank 0's block raises before checked(), the other ranks raise RankZeroStopped instead of waiting forever."""
+    if not ranks.main:
+        if not _rank_zero_says(ranks):
+            raise RankZeroStopped("rank 0 could not start the run; its error says why")
+        yield lambda: None
+        return
+    said = False
+
+    def checked():
+        nonlocal said
+        said = True
+        _rank_zero_says(ranks)
+
+    try:
+        yield checked
+    except BaseException:
+        if not said:  # a check failed: the other ranks stop too
+            _rank_zero_says(ranks, ok=False)
+        raise
 
 
 def barrier(ranks: Ranks):

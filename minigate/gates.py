@@ -277,9 +277,10 @@ def gate_scores(model, tokens_or_prompts, tokenizer=None, layers: list[int] | No
     Prompts of equal length run together in batches of up to batch_size, so nothing is padded.
     layers: which layers to keep (all by default); the layer axis of the result follows this list.
     """
-    if model.cfg.gate not in ("none", "G1"):
-        raise ValueError(f"gate anatomy reads the paper's G1 gate (on the attention output); this model's gate "
-                         f"is {model.cfg.gate}; load a G1 model (gate='G1')")
+    if model.cfg.gate != "G1":
+        which = "has no gate (gate='none')" if model.cfg.gate == "none" else f"gates at {model.cfg.gate}"
+        raise ValueError(f"gate anatomy reads the paper's G1 gate (on the attention output); this model {which}; "
+                         "load a headwise or elementwise G1 model (gate='G1')")
     layers = gated_layers(model, layers)
     prompts = _as_prompts(tokens_or_prompts, tokenizer, model.cfg.vocab_size)
     names = [get_act_name("gate", i) for i in layers]

@@ -71,11 +71,13 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
         self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple:
+        """-> (the residual stream after the block, the MoE load-balancing loss or None for a dense MLP)."""
         x = self.hook_resid_pre(x)
         a = self.attn(self.attn_norm(x), cos, sin)  # for the pattern, hook (or cache) attn.hook_pattern
         x = self.hook_resid_mid(x + self.hook_attn_out(self.attn_out_norm(a)))
-        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
+        m, aux_loss = self.mlp(self.mlp_norm(x)) if isinstance(self.mlp, MoE) else (self.mlp(self.mlp_norm(x)), None)
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp_out_norm(m))), aux_loss
 
 
 class Transformer(HookedRootModule):
@@ -108,23 +110,24 @@ class Transformer(HookedRootModule):
     def unembed_weight(self) -> torch.Tensor:
         return self.embed.weight if self.cfg.tie_embeddings else self.lm_head.weight
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (batch, pos) -> logits (batch, pos, vocab). For the attention patterns, cache hook_pattern."""
+    def forward(self, tokens: torch.Tensor, return_aux_loss: bool = False):
+        """tokens (batch, pos) -> logits (batch, pos, vocab). For the attention patterns, cache hook_pattern.
+        return_aux_loss: (logits, the MoE layers' load-balancing loss of this batch, averaged over them (moe.py);
+        0 without MoE)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, pos) token ids, got shape {tuple(tokens.shape)}")
         if not torch.compiler.is_compiling():  # a data-dependent check would break the compiled graph
             check_token_ids(tokens, self.cfg.vocab_size)
         cos, sin = rope_cos_sin(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
-        x = self.hook_embed(self.embed(tokens))
+        x, aux_losses = self.hook_embed(self.embed(tokens)), []
         for block in self.blocks:
-            x = block(x, cos, sin)
-        return F.linear(self.norm(x), self.unembed_weight)
-
-    @property
-    def aux_loss(self) -> torch.Tensor:
-        """The MoE layers' load-balancing loss of the last forward, averaged over them (moe.py); 0 without MoE."""
-        losses = [b.mlp.aux_loss for b in self.blocks if isinstance(b.mlp, MoE)]
-        return torch.stack(losses).mean() if losses else torch.zeros((), device=self.device)
+            x, aux_loss = block(x, cos, sin)
+            if aux_loss is not None:
+                aux_losses.append(aux_loss)
+        logits = F.linear(self.norm(x), self.unembed_weight)
+        if not return_aux_loss:
+            return logits
+        return logits, torch.stack(aux_losses).mean() if aux_losses else torch.zeros((), device=tokens.device)
 
     def num_params(self, gate_only: bool = False) -> int:
         """Parameter count (tied embeddings counted once); gate_only: only the attention-gate weights

@@ -9,9 +9,10 @@ Hook points (ModelConfig.n_experts > 0):
     blocks.L.mlp.hook_router_probs    (batch, pos, expert): softmax over the experts
     blocks.L.mlp.hook_expert_ids      (batch, pos, k): the experts each token goes to, most probable first
 
-`aux_loss` holds, after each forward, the Switch Transformer's load-balancing loss of that batch: n_experts times
-the sum over experts of (share of the routed token slots it received) x (its mean router probability); 1 when the
-load is perfectly balanced, n_experts when one expert takes everything.
+The forward returns, with its output, the Switch Transformer's load-balancing loss of that batch (`aux_loss`):
+n_experts times the sum over experts of (share of the routed token slots it received) x (its mean router probability);
+1 when the load is perfectly balanced, n_experts when one expert takes everything. `Transformer(tokens,
+return_aux_loss=True)` gives its mean over the MoE layers, which train() adds to the loss.
 """
 
 from __future__ import annotations
@@ -44,10 +45,9 @@ class MoE(nn.Module):
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)  # transformers calls it mlp.gate
         self.experts = nn.ModuleList([Expert(cfg) for _ in range(cfg.n_experts)])
         self.hook_router_probs, self.hook_expert_ids = HookPoint(), HookPoint()
-        self.aux_loss = torch.tensor(0.0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (batch, pos, d_model), already normed -> (batch, pos, d_model)."""
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (batch, pos, d_model), already normed -> (output (batch, pos, d_model), load-balancing loss ())."""
         batch = x.shape[0]
         probs = self.hook_router_probs(torch.softmax(self.router(x).float(), dim=-1))  # (batch, pos, expert)
         weights, ids = torch.topk(probs, self.cfg.n_experts_per_token, dim=-1)  # (batch, pos, k), most probable first
@@ -64,5 +64,5 @@ class MoE(nn.Module):
                 out.index_add_(0, token, expert(tokens[token]) * weights_flat[token, slot, None])
         load = torch.zeros(self.cfg.n_experts, device=x.device).index_add_(
             0, ids_flat.flatten(), torch.ones(ids_flat.numel(), device=x.device)) / ids_flat.numel()
-        self.aux_loss = self.cfg.n_experts * (load * rearrange(probs, "b p e -> (b p) e").mean(0)).sum()
-        return rearrange(out, "(batch pos) d_model -> batch pos d_model", batch=batch)
+        aux_loss = self.cfg.n_experts * (load * rearrange(probs, "b p e -> (b p) e").mean(0)).sum()
+        return rearrange(out, "(batch pos) d_model -> batch pos d_model", batch=batch), aux_loss

@@ -38,13 +38,14 @@ class TrainConfig:
     seed: int = 0  # seeds the data sampler (seed the model's init yourself, before building it)
     device: str = "auto"  # "auto": cuda, then mps, then cpu; or a torch device string like "cuda:1"
     precision: str = "auto"  # "fp32", "bf16" (autocast), "fp16" (autocast + GradScaler, CUDA only) or
-    #                          "auto": bf16 on GPUs that have it (Ampere+), fp16 on older ones (T4), else fp32
+    #                          "auto": bf16 on GPUs that have it (Ampere+), fp16 on older ones (T4), bf16 on CPUs
+    #                          with native bf16 (AVX512-BF16, AMX), else fp32 (hardware.pick_precision)
     compile: bool | str = False  # torch.compile the training forward: True, False, or "auto" (on CUDA only);
     #                              slow first steps; if compiling fails, training goes on without it (a warning)
     spike_factor: float = 1.5  # a step is a loss spike if its loss > spike_factor * running mean, where
     spike_window: int = 50  # running mean = mean train loss of the previous spike_window steps (once full)
-    router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (Transformer.aux_loss)
-    #                                      added to the training loss, as Qwen3-MoE's default; 0: off
+    router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (the forward returns it,
+    #                                      moe.py) added to the training loss, as Qwen3-MoE's default; 0: off
 
     def __post_init__(self):
         self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas  # JSON: a list
@@ -88,11 +89,20 @@ class Preset:
     probe: str = ""  # corpus whose held-out windows the CLI's sink tracker measures ("": the validation split)
 
 
+# precision="fp32" in the presets the lessons and tests train on a CPU (ci, copy, induction) and in text: "auto" would
+# train in bf16 on a CPU with native bf16 (hardware.pick_precision), and the lessons' stored outputs, the tests' exact
+# comparisons and the shipped text-* and copy-* checkpoints are fp32 runs, the same on every CPU.
+
 # the copy-task model and schedule, shared by the copy and induction presets
 _COPY_MODEL = dict(vocab_size=130, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=256,
                    max_seq_len=64)
 _COPY_TRAIN = TrainConfig(steps=5000, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=100, eval_every=250,
-                          eval_batches=0, ckpt_every=500, ckpt_minutes=5)
+                          eval_batches=0, ckpt_every=500, ckpt_minutes=5, precision="fp32")
+# the code model and recipe, shared by the code and code-moe presets
+_CODE_MODEL = dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
+                   max_seq_len=512)
+_CODE_TRAIN = TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
+                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)
 
 PRESETS: dict[str, Preset] = {
     # ~0.37M parameters; 300 steps x 2k tokens; about a minute on 2 CPU cores (data loading included)
@@ -101,7 +111,7 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=192,
                    max_seq_len=128),
         train=TrainConfig(steps=300, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=30, eval_every=100,
-                          eval_batches=10, ckpt_every=100)),
+                          eval_batches=10, ckpt_every=100, precision="fp32")),
     # ~0.1M parameters; the marked copy task (data.copy_task); 5000 steps x 2k tokens, about 5 minutes on 2 CPU cores
     "copy": Preset(
         about="the course's sink demonstration: the marked copy task, ~5 minutes on 2 CPU cores",
@@ -120,28 +130,22 @@ PRESETS: dict[str, Preset] = {
         model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=16, d_ff=384,
                    max_seq_len=256),
         train=TrainConfig(steps=1500, batch_size=16, seq_len=256, lr=2e-3, warmup_steps=150, eval_every=250,
-                          eval_batches=20, ckpt_every=250, ckpt_minutes=5)),
+                          eval_batches=20, ckpt_every=250, ckpt_minutes=5, precision="fp32")),
     # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 4k tokens
     # (16M tokens, about a third of a pass); lr constant after warmup, then a linear decay over the last 20% (wsd);
-    # fp32 with train()'s tuned allocator, about 35-40 minutes per model on 2 cores. The pilots that chose it and what
-    # it grows: docs/experiments.md sections 13-14
+    # precision "auto": fp32 with train()'s tuned allocator, about 35-40 minutes per model on 2 cores, or bf16 on a
+    # CPU with native bf16 (15-17 minutes per model on such a 2-core machine). The pilots that chose it and what it
+    # grows: docs/experiments.md sections 13-14
     "code": Preset(
         about="the natural-data recipe for 2 CPU cores: ~35-40 min per model (the code-* checkpoints)",
-        corpus="python-code", probe="wikitext-2",
-        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
-                   max_seq_len=512),
-        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
-                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+        corpus="python-code", probe="wikitext-2", model=_CODE_MODEL, train=_CODE_TRAIN),
     # ~3.2M parameters (1.4M active per token); the code recipe with a mixture-of-experts feed-forward, as the
     # paper's headline models are MoE (15B-A2.5B): 8 experts of width 192, 2 per token, so each token runs the dense
     # model's 384 FFN units; Qwen3-MoE's balance loss at 0.001. About 40-45 minutes per model on 2 CPU cores
     "code-moe": Preset(
         about="the code recipe with an MoE feed-forward (8 experts, 2 per token; lesson 08): ~40-45 min per model",
         corpus="python-code", probe="wikitext-2",
-        model=dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32, d_ff=384,
-                   max_seq_len=512, n_experts=8, n_experts_per_token=2, d_expert=192),
-        train=TrainConfig(steps=4000, batch_size=8, seq_len=512, lr=3e-3, warmup_steps=100, schedule="wsd",
-                          weight_decay=0.1, eval_every=250, eval_batches=10, ckpt_every=500, ckpt_minutes=5)),
+        model=dict(_CODE_MODEL, n_experts=8, n_experts_per_token=2, d_expert=192), train=replace(_CODE_TRAIN)),
     # ~6.2M parameters; the natural-data recipe for a GPU (docs/gpu.md): seq_len 512 on python-code, read about
     # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model. A T4 is a projection,
     # not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate)
@@ -174,7 +178,8 @@ def check_seq_len(model_cfg: ModelConfig, what: str, seq_len: int, fix: str):
         raise ValueError(f"{what}={seq_len} is longer than the model's max_seq_len={model_cfg.max_seq_len}; {fix}")
 
 
-def check_context(model_cfg: ModelConfig, cfg: TrainConfig):
+def check_context(model_cfg: ModelConfig, train_cfg: TrainConfig):
     """A ValueError if the training sequences are longer than the context the model is built for."""
-    check_seq_len(model_cfg, "TrainConfig.seq_len", cfg.seq_len, f"train at seq_len <= {model_cfg.max_seq_len}, or "
-                  f"build the model with max_seq_len >= {cfg.seq_len} (--set max_seq_len={cfg.seq_len})")
+    seq_len = train_cfg.seq_len
+    check_seq_len(model_cfg, "TrainConfig.seq_len", seq_len, f"train at seq_len <= {model_cfg.max_seq_len}, or build "
+                  f"the model with max_seq_len >= {seq_len} (--set max_seq_len={seq_len})")

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save
 
 from .config import ModelConfig
 from .model import Transformer
-from .runfolder import atomic_write
+from .runfolder import atomic_write, read_run_json
 
 # (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {E} = expert, {p} = projection
 _RENAMES = [
@@ -269,9 +269,7 @@ def shipped(name: str, dtype: torch.dtype | str | None = None, device: str | tor
 
 
 def shipped_run(name: str) -> dict:
-    """How a shipped model was trained: its run.json (preset, gate, corpus, train and model configs) and
-    its training history (run["history"]: a dict of the History fields, metrics recorded every eval)."""
+    """How a shipped model was trained: its run.json (preset, variant, corpus, train and model configs) and
+    its training history (["history"]: a dict of the History fields, metrics recorded every eval)."""
     folder = _shipped_folder(name)
-    run = json.loads((folder / "run.json").read_text())
-    run["history"] = json.loads((folder / "history.json").read_text())
-    return run
+    return dict(read_run_json(folder), history=json.loads((folder / "history.json").read_text()))

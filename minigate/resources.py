@@ -11,7 +11,8 @@ minigate was installed:
 - from a git URL (`pip install git+https://github.com/...`), a wheel or a Colab set-up cell:
   `<site-packages>/minigate/_data/`.
 
-`MINIGATE_DATA_DIR` is a different folder: a local copy of WikiText-2 (see `minigate.data`).
+`MINIGATE_CORPORA_DIR` is a different folder: local copies of the text corpora, e.g. WikiText-2 (see
+`minigate.data.corpora`).
 """
 
 from __future__ import annotations

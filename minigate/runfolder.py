@@ -5,11 +5,13 @@
         ...                                # released on any exit (the OS drops it if the process dies)
 
 `check_writable(folder)` makes the folder and proves it can write there; `remove_orphans(folder)` removes
-the temp files that an interrupted atomic write left behind. train() uses them, once per run.
+the temp files that an interrupted atomic write left behind. train() uses them, once per run. `read_run_json(folder)`
+reads what `minigate train` recorded about a run, in today's key names.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -145,3 +147,11 @@ def remove_orphans(folder: str | os.PathLike) -> list[Path]:
     for p in found:
         p.unlink(missing_ok=True)
     return found
+
+
+def read_run_json(path: str | os.PathLike) -> dict:
+    """A run.json (the file, or a folder holding one): what `minigate train` recorded about a run. Older folders, the
+    shipped checkpoints among them, record the run's variant under the key "gate"; it is read as "variant"."""
+    path = Path(path)
+    path = path / "run.json" if path.is_dir() else path
+    return {("variant" if key == "gate" else key): value for key, value in json.loads(path.read_text()).items()}

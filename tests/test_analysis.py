@@ -308,7 +308,8 @@ def test_per_type_stats_read_each_types_own_prompts():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: gate_scores(Transformer(ModelConfig(**TINY)), ids(3)), r"no gate \(gate='none'\); load a headwise"),
+    (lambda: gate_scores(Transformer(ModelConfig(**TINY)), ids(3)),
+     r"reads the paper's G1 gate.*no gate \(gate='none'\); load a headwise"),
     (lambda: gate_scores(Transformer(ModelConfig(**TINY, gate="G3")), ids(3)), "G1"),
     (lambda: gate_scores(gated(), []), "prompt set is empty"),
     (lambda: gate_scores_by_type(gated(), {}), "prompt set is empty"),

@@ -25,7 +25,7 @@ from minigate.cli import main
 from minigate.presets import TrainConfig
 from minigate.runfolder import RunFolderInUse, RunLock
 
-ARGS = ["--preset", "ci", "--gate", "headwise", "--quiet", "--threads", "1"]
+ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1"]
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64)
 
 
@@ -116,6 +116,28 @@ def test_flag_values_are_checked_by_the_parser(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2 and fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--gate", "--gates"])
+def test_the_old_gate_flag_is_one_line_naming_variant(tmp_path, capsys, flag):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--preset", "ci", flag, "headwise", "--out", str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: ") and "\n" not in err, err
+    assert f"{flag} is now spelled --variant: --variant headwise" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_folder_recording_its_variant_as_gate_is_checked_and_resumes(run_copy, capsys):
+    """Folders written before run.json said "variant" (the shipped checkpoints among them) say "gate"."""
+    recorded = json.loads((run_copy / "run.json").read_text())
+    (run_copy / "run.json").write_text(json.dumps({("gate" if k == "variant" else k): v for k, v in recorded.items()}))
+    _one_line_error(capsys, ["train", "--preset", "ci", "--variant", "none", "--quiet", "--out", str(run_copy),
+                             "--resume"], "holds a run of --preset ci --variant headwise", folder=run_copy)
+    with pytest.warns(UserWarning, match="steps"):
+        assert main(["train", *ARGS, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
+    assert json.loads((run_copy / "run.json").read_text())["variant"] == "headwise"
 
 
 def test_out_that_is_a_file_or_unwritable(tmp_path, capsys):
@@ -221,7 +243,7 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tm
     proc = _start(out, steps)
     try:
         time.sleep(0.5)
-        err = _one_line_error(capsys, ["train", "--preset", "ci", "--gate", "none", "--quiet", "--out", str(out)],
+        err = _one_line_error(capsys, ["train", "--preset", "ci", "--variant", "none", "--quiet", "--out", str(out)],
                               "is in use by another run", f"process {proc.pid}")
         assert "Ctrl-C" in err
         time.sleep(1.0)
@@ -232,7 +254,7 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tm
     assert "SIGTERM" in stdout and "--resume" in stdout and "Traceback" not in stderr
     stopped_at = ckpt_step(out / "checkpoint.pt")
     assert 1 <= stopped_at < steps and not (out / ".lock").exists()
-    assert json.loads((out / "run.json").read_text())["gate"] == "headwise"  # the refused run wrote nothing
+    assert json.loads((out / "run.json").read_text())["variant"] == "headwise"  # the refused run wrote nothing
 
     assert main(["train", *ARGS, "--out", str(out), "--steps", str(steps), "--resume"]) == 0
     straight = tmp_path / "straight"

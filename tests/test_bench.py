@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from minigate import hardware
 from minigate.bench import train as bench_train
 
 
@@ -53,3 +54,25 @@ def test_an_unknown_preset_is_one_line_of_error():
     out = subprocess.run([sys.executable, "-m", "minigate.bench", "train", "--preset", "nope"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "unknown --preset 'nope'" in out.stderr
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_precision_report_names_what_auto_chose_and_its_share_of_the_best_matmul(monkeypatch, capsys, native):
+    """The hardware query is mocked; the training run and the matmuls are real (the matmul sizes small, for time)."""
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(bench_train, "cpu_has_native_bf16", lambda: native)
+    best = bench_train.best_matmul_rate
+    monkeypatch.setattr(bench_train, "best_matmul_rate",
+                        lambda dtype, device: best(dtype, device, sizes=(128, 256), seconds=0.05))
+    got = bench_train.auto_precision("ci", torch.device("cpu"), steps=3, rounds=1)
+    want = "bf16" if native else "fp32"
+    assert got["precision"] == want and got["fraction"] == got["model_flops"] / got["best_matmul_flops"] > 0
+    out = capsys.readouterr().out
+    assert "precision='auto' on CPU" in out and f": {want}. train()" in out and f"best {want} matmul rate" in out
+
+
+def test_training_flops_per_token_are_three_forwards():
+    cfg = bench_train.model_config("ci")
+    params = bench_train.Transformer(cfg).num_params()
+    attention = 2 * 2 * cfg.n_layers * cfg.n_heads * cfg.head_dim * 128 / 2  # q.k and pattern.v over T/2 keys
+    assert bench_train.train_flops_per_token(cfg, 128) == pytest.approx(3 * (2 * params + attention))

@@ -18,7 +18,7 @@ from minigate.checkpoint import ckpt_step
 from minigate.cli import main
 from minigate.evaluation import evaluate
 
-ARGS = ["--preset", "ci", "--gate", "headwise", "--quiet", "--threads", "1"]
+ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1"]
 
 
 def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
@@ -27,22 +27,24 @@ def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "run.json"} <= files
     history = json.loads((out / "history.json").read_text())
-    run = json.loads((out / "run.json").read_text())
-    assert history["step"] == [1, 2, 3, 4] and run["corpus"] == "wikitext-2" and run["train"]["steps"] == 4
-    assert run["tokenizer"] in ("data/tokenizer.json", "_data/tokenizer.json")  # no path of this machine
+    run_json = json.loads((out / "run.json").read_text())
+    assert history["step"] == [1, 2, 3, 4] and run_json["corpus"] == "wikitext-2" and run_json["train"]["steps"] == 4
+    assert run_json["tokenizer"] in ("data/tokenizer.json", "_data/tokenizer.json")  # no path of this machine
+    assert run_json["variant"] == "headwise" and "gate" not in run_json and run_json["precision_used"] == "fp32"
 
     model = minigate.from_pretrained(out / "model")
     assert model.cfg.gate == "G1" and model.cfg.gate_granularity == "headwise"
     tok = data.load_tokenizer(out / "model" / "tokenizer.json")
     val = data.encode(data.load_documents("wikitext-2")[1], tok)
-    cfg = run["train"]
-    loss = evaluate(model, val, cfg["seq_len"], cfg["batch_size"], cfg["bos_id"], cfg["eval_batches"])
+    train_kw = run_json["train"]
+    loss = evaluate(model, val, train_kw["seq_len"], train_kw["batch_size"], train_kw["bos_id"],
+                    train_kw["eval_batches"])
     assert loss == pytest.approx(history["val_loss"][-1], rel=1e-6)
 
     capsys.readouterr()
     assert main(["eval", str(out), "--threads", "1"]) == 0
     printed = capsys.readouterr().out
-    full = evaluate(model, val, cfg["seq_len"], 16, 0)  # eval scores the whole held-out split
+    full = evaluate(model, val, train_kw["seq_len"], 16, 0)  # eval scores the whole held-out split
     m = re.search(r"validation loss ([\d.]+), perplexity ([\d.]+)", printed)
     assert float(m[1]) == pytest.approx(full, abs=1e-4)
     assert float(m[2]) == pytest.approx(math.exp(full), rel=1e-3)
@@ -54,13 +56,13 @@ def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
         assert main(["train", *ARGS, "--out", str(out), "--steps", "5", "--resume"]) == 0
     assert json.loads((out / "history.json").read_text())["step"] == [1, 2, 3, 4, 5]
     capsys.readouterr()
-    assert main(["train", "--preset", "ci", "--gate", "none", "--out", str(out), "--resume", "--quiet"]) == 2
+    assert main(["train", "--preset", "ci", "--variant", "none", "--out", str(out), "--resume", "--quiet"]) == 2
     assert "--variant headwise, not --preset ci --variant none" in capsys.readouterr().err
 
 
 def test_command_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["train", "--preset", "huge", "--gate", "none", "--out", str(tmp_path)])
+        main(["train", "--preset", "huge", "--variant", "none", "--out", str(tmp_path)])
     assert e.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["eval", str(tmp_path)]) == 2  # bad input: one line `error: ...`, exit 2, as every other
@@ -75,7 +77,8 @@ def test_eval_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: tokenizer ") and "tokens but the model only 50" in err and err.count("\n") == 1, err
+    assert err.startswith("error: tokenizer ") and "tokens but the model's vocab_size is 50" in err, err
+    assert err.count("\n") == 1 and "trained with?" in err
 
 
 def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
@@ -101,8 +104,8 @@ def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys)
     argv = ["train", *ARGS, "--out", str(out), "--steps", "2", "--set", "lr=0.01", "--set", "qk_norm=false",
             "--set", "eval_every=1"]
     assert main(argv) == 0
-    run = json.loads((out / "run.json").read_text())
-    assert run["train"]["lr"] == 0.01 and run["model"]["qk_norm"] is False
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["train"]["lr"] == 0.01 and run_json["model"]["qk_norm"] is False
     assert minigate.from_pretrained(out / "model").cfg.qk_norm is False
     metrics = json.loads((out / "history.json").read_text())["metrics"]
     assert [m["step"] for m in metrics] == [1, 2]

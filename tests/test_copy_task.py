@@ -91,8 +91,8 @@ def test_a_small_model_learns_the_copy_half():
     rows = data.copy_task(2000, seq_len=16, n_symbols=10, seed=1)
     val = data.copy_task(64, seq_len=16, n_symbols=10, seed=2)
     before = evaluate(model, val, 16)
-    train(model, rows, val, TrainConfig(steps=300, batch_size=32, seq_len=16, lr=1e-2, warmup_steps=20,
-                                         eval_every=300), progress=False)
+    train(model, rows, val, TrainConfig(steps=300, batch_size=32, seq_len=16, lr=1e-2, warmup_steps=20,  # in bf16
+                                         eval_every=300, precision="fp32"), progress=False)  # it does not, here
     with torch.no_grad():
         pred = model(val[:, :-1]).argmax(-1)
     copy_acc = (pred == val[:, 1:])[:, 9:].float().mean().item()  # targets after the separator
@@ -101,10 +101,10 @@ def test_a_small_model_learns_the_copy_half():
 
 def test_cli_copy_preset_writes_a_model_without_tokenizer(tmp_path, capsys):
     out = tmp_path / "copy"
-    assert main(["train", "--preset", "copy", "--gate", "headwise", "--out", str(out), "--steps", "3", "--quiet",
+    assert main(["train", "--preset", "copy", "--variant", "headwise", "--out", str(out), "--steps", "3", "--quiet",
                  "--threads", "1"]) == 0
-    run = json.loads((out / "run.json").read_text())
-    assert run["corpus"] == "copy" and run["model"]["vocab_size"] == 130
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["corpus"] == "copy" and run_json["model"]["vocab_size"] == 130
     assert not (out / "model" / "tokenizer.json").exists()
     assert main(["eval", str(out)]) == 0
     assert "copy held-out split, 32,768 tokens" in capsys.readouterr().out
@@ -112,10 +112,11 @@ def test_cli_copy_preset_writes_a_model_without_tokenizer(tmp_path, capsys):
 
 def test_cli_induction_preset_trains_on_rows_with_a_random_first_token(tmp_path, capsys):
     out = tmp_path / "induction"
-    assert main(["train", "--preset", "induction", "--gate", "elementwise", "--out", str(out), "--steps", "3",
+    assert main(["train", "--preset", "induction", "--variant", "elementwise", "--out", str(out), "--steps", "3",
                  "--quiet", "--threads", "1"]) == 0
-    run = json.loads((out / "run.json").read_text())
-    assert run["corpus"] == "induction" and run["model"]["vocab_size"] == 146 and run["tokenizer"] is None
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["corpus"] == "induction" and run_json["model"]["vocab_size"] == 146
+    assert run_json["tokenizer"] is None and run_json["variant"] == "elementwise"
     assert json.loads((out / "history.json").read_text())["step"][-1] == 3
     assert main(["eval", str(out)]) == 0
     assert "induction held-out split, 32,768 tokens" in capsys.readouterr().out
@@ -128,7 +129,7 @@ def test_shipped_copy_models_load_and_the_baseline_has_a_sink_head():
     assert not model.training and model.cfg.gate == "none"
     stats = attention_sink(model, data.copy_task(64, seed=3)[:, :-1])
     assert stats.n_sink_heads >= 1 and stats.share.max() > 0.3
-    run = minigate.shipped_run("copy-baseline")
-    assert run["preset"] == "copy" and run["history"]["step"][-1] == run["train"]["steps"]
+    run_json = minigate.shipped_run("copy-baseline")
+    assert run_json["preset"] == "copy" and run_json["history"]["step"][-1] == run_json["train"]["steps"]
     with pytest.raises(FileNotFoundError, match="available: \\["):
         minigate.shipped("no-such-model")

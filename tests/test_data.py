@@ -33,8 +33,8 @@ def test_train_val_split_is_every_tenth_document():
 def test_wikitext_held_out_split_shares_no_article_with_training(capsys):
     train, val = data.load_documents("wikitext-2")
     said = capsys.readouterr().out
-    assert "local copy $MINIGATE_DATA_DIR/wikitext-2-raw/" in said  # it says which source it read,
-    assert os.environ["MINIGATE_DATA_DIR"] not in said  # with no path of this machine
+    assert "local copy $MINIGATE_CORPORA_DIR/wikitext-2-raw/" in said  # it says which source it read,
+    assert os.environ["MINIGATE_CORPORA_DIR"] not in said  # with no path of this machine
     assert (len(train), len(val)) == (56, 6)
     titles = lambda docs: [d.splitlines()[0] for d in docs]
     assert len(set(titles(train) + titles(val))) == 62  # every article in exactly one part
@@ -128,22 +128,31 @@ def test_empty_or_too_short_corpus_errors():
 
 
 def test_missing_local_copy_offline_fails_fast_naming_both_fixes(tmp_path):
-    env = dict(os.environ, MINIGATE_DATA_DIR=str(tmp_path / "nowhere"), HF_HUB_OFFLINE="1",
+    env = dict(os.environ, MINIGATE_CORPORA_DIR=str(tmp_path / "nowhere"), HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     code = "from minigate import data; data.load_documents('wikitext-2')"
     t0 = time.time()
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert time.time() - t0 < 30
     assert r.returncode != 0 and "DataUnavailableError" in r.stderr
-    assert "MINIGATE_DATA_DIR" in r.stderr and "wiki.test.raw" in r.stderr and "internet" in r.stderr
+    assert "MINIGATE_CORPORA_DIR" in r.stderr and "wiki.test.raw" in r.stderr and "internet" in r.stderr
+
+
+def test_the_old_name_of_the_local_copies_folder_still_works_with_a_warning(monkeypatch, capsys):
+    folder = os.environ["MINIGATE_CORPORA_DIR"]
+    monkeypatch.delenv("MINIGATE_CORPORA_DIR")
+    monkeypatch.setenv("MINIGATE_DATA_DIR", folder)
+    with pytest.warns(FutureWarning, match="MINIGATE_DATA_DIR is now MINIGATE_CORPORA_DIR"):
+        text = data.load_text("wikitext-2", "test")
+    assert text and "local copy $MINIGATE_CORPORA_DIR/wikitext-2-raw/wiki.test.raw" in capsys.readouterr().out
 
 
 def test_unreachable_hub_fails_without_retrying(tmp_path, monkeypatch):
-    monkeypatch.setenv("MINIGATE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MINIGATE_CORPORA_DIR", str(tmp_path))
     for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setattr(data.corpora, "_hub_reachable", lambda timeout=3.0: False)
-    with pytest.raises(data.DataUnavailableError, match="unreachable.*MINIGATE_DATA_DIR"):
+    with pytest.raises(data.DataUnavailableError, match="unreachable.*MINIGATE_CORPORA_DIR"):
         data.load_text("wikitext-2", "validation")
     with pytest.raises(ValueError, match="unknown corpus"):
         data.load_documents("wikitext-3")

@@ -251,7 +251,7 @@ def test_minigate_train_writes_the_tokenizer_config(tmp_path):
     from minigate.cli import main
 
     out = tmp_path / "run"
-    assert main(["train", "--preset", "ci", "--gate", "none", "--quiet", "--threads", "1", "--out", str(out),
+    assert main(["train", "--preset", "ci", "--variant", "none", "--quiet", "--threads", "1", "--out", str(out),
                  "--steps", "1"]) == 0
     tok = AutoTokenizer.from_pretrained(out / "model")
     assert tok.bos_token_id == 0 and tok("\n  def")["input_ids"] == minigate.data.load_tokenizer().encode("\n  def").ids

@@ -65,7 +65,7 @@ LIBRARY = library_modules()
 
 
 def test_the_library_list_is_read_from_the_package():
-    """Modules that a list written by hand once missed, the package itself and a subpackage's modules are all in."""
+    """The package itself, modules of its own and the modules of a subpackage are all listed."""
     assert {"minigate", "minigate.run", "minigate.checkpoint", "minigate.presets", "minigate.measure",
             "minigate.data", "minigate.data.tasks"} <= set(LIBRARY)
     assert not [m for m in LIBRARY if m.startswith(ABOVE_THE_LIBRARY)]

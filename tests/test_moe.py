@@ -66,17 +66,21 @@ def test_the_router_learns_and_the_balance_loss_reads_the_load():
     model = Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=16,
                                     n_experts=4, n_experts_per_token=2, d_expert=16))
     tokens = torch.randint(0, 64, (2, 9))
-    logits = model(tokens)
+    logits, aux_loss = model(tokens, return_aux_loss=True)
+    assert torch.equal(logits, model(tokens))  # the same logits, with or without the balance loss
     torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten()).backward()
     moe = model.blocks[0].mlp
     assert moe.router.weight.grad.abs().sum() > 0  # through the top-k weights, the router gets a gradient
     assert sum(e.down_proj.weight.grad is not None for e in moe.experts) >= 2  # each token's k=2 experts learn
-    assert 1.0 - 1e-5 <= moe.aux_loss.item() <= 4.0  # 1: perfectly balanced; n_experts: one expert takes all
+    assert 1.0 - 1e-5 <= aux_loss.item() <= 4.0  # 1: perfectly balanced; n_experts: one expert takes all
+    normed = model.blocks[0].mlp_norm(model.embed(tokens))
     with torch.no_grad():  # one expert's router row made huge: it takes every token and the loss nears n_experts
         moe.router.weight[2] = 0
-        moe.router.weight[2, :] += 50 * torch.sign(model.blocks[0].mlp_norm(model.embed(tokens))).mean((0, 1))
-        model(tokens)
-    assert moe.aux_loss.item() > 1.5
+        moe.router.weight[2, :] += 50 * torch.sign(normed).mean((0, 1))
+        assert model(tokens, return_aux_loss=True)[1].item() > 1.5
+    assert not hasattr(moe, "aux_loss") and not hasattr(model, "aux_loss")  # no state left between calls
+    dense = Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=16))
+    assert dense(tokens, return_aux_loss=True)[1].item() == 0.0
 
 
 def test_the_g1_gate_works_unchanged_on_an_moe_model(tmp_path):
@@ -114,16 +118,16 @@ def test_training_an_moe_model_adds_and_records_the_balance_loss(tmp_path):
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, n_experts=4,
                       d_expert=16, max_seq_len=16)
     tokens = torch.randint(1, 64, (4000,), generator=torch.Generator().manual_seed(0))
-    run = TrainConfig(steps=6, batch_size=4, seq_len=16, warmup_steps=1, eval_every=6, eval_batches=1,
-                      device="cpu", precision="fp32", router_aux_loss_coef=0.5)
+    train_cfg = TrainConfig(steps=6, batch_size=4, seq_len=16, warmup_steps=1, eval_every=6, eval_batches=1,
+                            device="cpu", precision="fp32", router_aux_loss_coef=0.5)
     torch.manual_seed(0)
-    history = train(Transformer(cfg), tokens[:3000], tokens[3000:], run, out_dir=tmp_path / "run", progress=False)
+    history = train(Transformer(cfg), tokens[:3000], tokens[3000:], train_cfg, out_dir=tmp_path / "run", progress=False)
     assert len(history.aux_loss) == len(history.step) == 6 and all(1 - 1e-5 <= a <= 4 for a in history.aux_loss)
     torch.manual_seed(0)
-    off = train(Transformer(cfg), tokens[:3000], tokens[3000:], dataclasses.replace(run, router_aux_loss_coef=0.0),
-                progress=False)
+    off = train(Transformer(cfg), tokens[:3000], tokens[3000:],
+                dataclasses.replace(train_cfg, router_aux_loss_coef=0.0), progress=False)
     assert off.loss[0] == history.loss[0] and off.loss[-1] != history.loss[-1]  # the coefficient steers training
     dense = train(Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2,
-                                          head_dim=16, max_seq_len=16)), tokens[:3000], tokens[3000:], run,
+                                          head_dim=16, max_seq_len=16)), tokens[:3000], tokens[3000:], train_cfg,
                   progress=False)
     assert dense.aux_loss == []  # a dense model records none

@@ -86,7 +86,7 @@ def test_code_preset_is_the_measured_cpu_recipe():
     t = p.train
     assert (t.steps, t.batch_size, t.seq_len, t.lr, t.warmup_steps, t.weight_decay) == (4000, 8, 512, 3e-3, 100, 0.1)
     assert (t.schedule, t.decay_frac, t.min_lr_ratio) == ("wsd", 0.2, 0.1)  # constant lr to step 3200, then down
-    assert t.compile is False and t.precision == "auto"  # fp32 on a CPU
+    assert t.compile is False and t.precision == "auto"  # bf16 on a CPU with native bf16, else fp32
     assert 1.3e6 < minigate.Transformer(model_config("code")).num_params() < 1.45e6
 
 
@@ -94,12 +94,12 @@ def test_code_gpu_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path,
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", str(SMALL))
     out = tmp_path / "code"
     shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
-    assert main(["train", "--preset", "code-gpu", "--gate", "elementwise", "--out", str(out), "--steps", "2",
+    assert main(["train", "--preset", "code-gpu", "--variant", "elementwise", "--out", str(out), "--steps", "2",
                  "--quiet", "--threads", "1", *shrink]) == 0
-    run = json.loads((out / "run.json").read_text())
-    assert run["corpus"] == "python-code" and run["python_code"]["bytes"] <= SMALL
-    assert run["python_code"]["sha256"] == data.python_code_info(SMALL)["sha256"]
-    assert run["train"]["compile"] == "auto"  # compiled on CUDA only: this CPU run was eager
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["corpus"] == "python-code" and run_json["python_code"]["bytes"] <= SMALL
+    assert run_json["python_code"]["sha256"] == data.python_code_info(SMALL)["sha256"]
+    assert run_json["train"]["compile"] == "auto"  # compiled on CUDA only: this CPU run was eager
     history = json.loads((out / "history.json").read_text())
     assert [m["step"] for m in history["metrics"]] == [1, 2] and history["metrics"][-1]["m_act"] > 0
     assert minigate.from_pretrained(out / "model").cfg.gate_granularity == "elementwise"

@@ -32,7 +32,7 @@ def test_shipped_metadata_has_no_machine_paths(name):
 def test_text_models_match_their_run_and_predict_text(name):
     model, run = minigate.shipped(name), minigate.shipped_run(name)
     gate = {"text-baseline": "none", "text-headwise": "headwise", "text-elementwise": "elementwise"}[name]
-    assert run["preset"] == "text" and run["gate"] == gate and run["history"]["step"][-1] == 1500
+    assert run["preset"] == "text" and run["variant"] == gate and run["history"]["step"][-1] == 1500
     assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
     tok = data.get_tokenizer(SHIPPED_DIR / name / "tokenizer.json")  # the folder carries its tokenizer: the shipped one
     assert tok.tok.to_str() == data.get_tokenizer().tok.to_str()
@@ -98,7 +98,7 @@ def test_the_moe_pair_matches_its_run_and_the_baseline_opens_in_transformers():
 
     for name, gate in (("code-moe-baseline", "none"), ("code-moe-elementwise", "elementwise")):
         model, run = minigate.shipped(name), minigate.shipped_run(name)
-        assert run["preset"] == "code-moe" and run["gate"] == gate
+        assert run["preset"] == "code-moe" and run["variant"] == gate
         assert run["history"]["step"][-1] == run["train"]["steps"] == 4000 and len(run["history"]["aux_loss"]) > 0
         assert (model.cfg.n_experts, model.cfg.n_experts_per_token, model.cfg.expert_width) == (8, 2, 192)
         assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()

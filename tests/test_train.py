@@ -1,11 +1,12 @@
 """The training loop: schedule, bitwise resume, non-finite loss, atomic checkpoints, bf16, callbacks."""
 
+import json
 import math
 
 import pytest
 import torch
 
-from minigate import ModelConfig, Transformer
+from minigate import ModelConfig, Transformer, hardware
 from minigate import train as T
 from minigate.checkpoint import History, ckpt_step, load_checkpoint
 from minigate.evaluation import eval_mode, token_cross_entropy
@@ -62,7 +63,7 @@ _FAULTS = """
 import resource, sys, torch
 from minigate import ModelConfig, Transformer
 from minigate.evaluation import token_cross_entropy
-from minigate.train import tune_cpu_allocator
+from minigate.hardware import tune_cpu_allocator
 if sys.argv[1] == "tuned":
     assert tune_cpu_allocator()
 torch.manual_seed(0)
@@ -203,6 +204,53 @@ def test_bf16_autocast_runs_on_cpu():
     assert next(model.parameters()).dtype == torch.float32  # master weights stay fp32
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
         T.train(_model(), tr, va, _cfg(precision="fp16"), progress=False)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native):
+    """The hardware query is mocked, not the arithmetic: the run really trains in what "auto" chose."""
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
+    cpu = torch.device("cpu")
+    assert hardware.pick_precision("auto", cpu) == ((torch.bfloat16, False) if native else (None, False))
+    assert hardware.pick_precision("fp32", cpu) == (None, False)  # a named precision is what it says
+    assert hardware.pick_precision("bf16", cpu) == (torch.bfloat16, False)
+    assert hardware.pick_precision("auto", torch.device("mps")) == (None, False)
+    tr, va = _data()
+    model, dtypes = _model(), set()
+    with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
+        h = T.train(model, tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), progress=False)
+    assert dtypes == {torch.bfloat16 if native else torch.float32}
+    assert h.info["precision_used"] == ("bf16" if native else "fp32")
+
+
+@pytest.mark.parametrize("avx512_bf16, amx, native", [(False, False, False), (True, False, True),
+                                                       (False, True, True), (True, True, True)])
+def test_native_bf16_means_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, native):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert hardware.cpu_has_native_bf16() is native
+
+
+@pytest.mark.filterwarnings("ignore:resuming with a changed steps")
+def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_not_bitwise(tmp_path, monkeypatch):
+    tr, va = _data()
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
+    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+            run_json={"preset": "tiny"}, progress=False)
+    assert json.loads((tmp_path / "run.json").read_text()) == {"preset": "tiny", "precision_used": "bf16"}
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # the same run folder on another CPU
+    with pytest.warns(UserWarning, match="resuming in fp32 a run checkpointed in bf16.*not bitwise"):
+        h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1, precision="auto"), out_dir=tmp_path, resume=True,
+                    run_json={"preset": "tiny"}, progress=False)
+    assert h.info["precision_used"] == "fp32"
+    assert json.loads((tmp_path / "model" / "run.json").read_text())["precision_used"] == "fp32"
+
+
+def test_the_presets_lessons_and_tests_train_on_a_cpu_are_fp32_on_every_cpu():
+    """Their outputs are stored in the lessons and compared exactly; the natural-data recipes keep "auto"."""
+    assert {name: p.train.precision for name, p in PRESETS.items()} == {
+        "ci": "fp32", "copy": "fp32", "induction": "fp32", "text": "fp32",
+        "code": "auto", "code-moe": "auto", "code-gpu": "auto"}
 
 
 def test_callback_metrics_history_and_loss_goes_down():

@@ -36,7 +36,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m minigate.bench ablation", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="a minigate / official checkpoint folder (default: random init)")
-    ap.add_argument("--gate", default="headwise", choices=["headwise", "elementwise"], help="for random init")
+    ap.add_argument("--variant", default="headwise", choices=["headwise", "elementwise"], help="for random init")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--chunks", type=int, default=16, help="chunks per condition")
     ap.add_argument("--len", type=int, default=128, help="tokens per chunk")
@@ -47,7 +47,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    model = from_pretrained(args.model) if args.model else Transformer(model_config("text", args.gate))
+    model = from_pretrained(args.model) if args.model else Transformer(model_config("text", args.variant))
     model.eval()
     cfg = model.cfg
     c = chunks(torch.randint(0, cfg.vocab_size, (args.chunks * args.len,)), args.chunks, args.len, model=model)
@@ -67,7 +67,7 @@ def main(argv=None):
     params = sum(p.numel() for p in model.parameters())
     tokens = len(conditions) * args.chunks * args.len
     flops = len(conditions) * forward_flops(params, cfg.n_layers, cfg.n_heads, cfg.head_dim, args.chunks, args.len)
-    print(f"model: {args.model or 'random init, text preset sizes, G1 ' + args.gate}; {params / 1e6:.2f}M "
+    print(f"model: {args.model or 'random init, text preset sizes, G1 ' + args.variant}; {params / 1e6:.2f}M "
           f"params, {cfg.n_layers} layers x {cfg.n_heads} heads")
     print(f"published ablation set: {len(conditions)} conditions x {args.chunks} chunks x {args.len} tokens "
           f"({tokens:,} tokens); {args.threads} thread(s), max_batch {args.max_batch}, "

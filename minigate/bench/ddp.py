@@ -24,19 +24,17 @@ from pathlib import Path
 
 import torch
 
+from minigate.bench.common import matmul_rate
+
 
 def matmul_gflops(threads: int, dtype=torch.float32, n: int = 1024, seconds: float = 1.5) -> float:
-    """fp32 (or `dtype`) matmul rate of this machine, n x n, on `threads` torch threads."""
+    """fp32 (or `dtype`) matmul rate of this machine in GFLOP/s, n x n, on `threads` torch threads."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    t0, calls = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        calls += 1
-    torch.set_num_threads(before)
-    return 2 * n**3 * calls / (time.perf_counter() - t0) / 1e9
+    try:
+        return matmul_rate(dtype, n, seconds) / 1e9
+    finally:
+        torch.set_num_threads(before)
 
 
 def command(name: str, preset: str, nproc: int, steps: int, out: Path) -> tuple[list[str], dict]:

@@ -1,9 +1,13 @@
-"""Training throughput (tokens/s): on CPU, first the settings that could speed up the natural-data recipe
-(--preset, default `code`), each contender in a fresh process of its own (the allocator setting is
-process-wide and lasting), in interleaved rounds:
+"""Training throughput (tokens/s): first what precision="auto" chooses on this machine and how much of the machine's
+best matmul rate in that precision train() reaches on the natural-data recipe (--preset, default `code`; `code-gpu`
+on CUDA): its model FLOP/s (6 x parameters + causal attention, per token) over the best square matmul's FLOP/s in
+that precision, both measured in the same run.
 
-    fp32, glibc's default allocator     what train() did before tune_cpu_allocator
-    fp32, tuned allocator               train()'s CPU default
+Then, on CPU, the settings that could speed up the recipe, each contender in a fresh process of its own (the
+allocator setting is process-wide and lasting), in interleaved rounds:
+
+    fp32, glibc's default allocator     what train() gets where it cannot tune the allocator (not glibc)
+    fp32, tuned allocator               train()'s CPU default where the CPU has no native bf16
     bf16 autocast                       pays only on CPUs with native bf16 matrix units (AMX, AVX512-BF16)
     fp32 + torch.compile                its one-off compile time printed apart, and its end-to-end ratio
 
@@ -21,7 +25,7 @@ noise; each step's time runs from sampling the batch to the end of the optimizer
 train()'s own tokens/s. The first step of every round is dropped. Reports medians and ratios.
 
     python -m minigate.bench train [--device auto] [--threads 2] [--rounds 5] [--steps 10] [--preset code]
-                                   [--settings-rounds 3] [--skip-settings]
+                                   [--settings-rounds 3] [--skip-settings] [--auto-rounds 2]
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ import time
 import torch
 
 from minigate import Transformer
-from minigate.bench.common import qwen3_twin
+from minigate.bench.ablation import forward_flops
+from minigate.bench.common import best_matmul_rate, qwen3_twin
 from minigate.data import sample_batch
 from minigate.evaluation import token_cross_entropy
+from minigate.hardware import cpu_has_native_bf16, pick_device, pick_precision, precision_name, tune_cpu_allocator
 from minigate.presets import PRESETS, model_config
-from minigate.train import lr_at, make_optimizer, pick_device, pick_precision, train, tune_cpu_allocator
+from minigate.train import lr_at, make_optimizer, train
 
 # CPU contenders of the settings comparison: name -> (tune the allocator, precision, torch.compile)
 SETTINGS = {
@@ -52,29 +58,29 @@ SETTINGS = {
 }
 
 
-def plain_loop(model, logits_of, tokens, cfg, gen) -> list[float]:
+def plain_loop(model, logits_of, tokens, train_cfg, gen) -> list[float]:
     """A bare loop doing the same work per step as train(): AdamW with the schedule, clipping, autocast."""
-    device = pick_device(cfg.device)
-    amp_dtype, use_scaler = pick_precision(cfg.precision, device)
+    device = pick_device(train_cfg.device)
+    amp_dtype, use_scaler = pick_precision(train_cfg.precision, device)
     model.to(device).train()
-    opt = make_optimizer(model, cfg, device)
+    opt = make_optimizer(model, train_cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     rates = []
-    for step in range(1, cfg.steps + 1):
+    for step in range(1, train_cfg.steps + 1):
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+            g["lr"] = lr_at(step, train_cfg)
         t0 = time.perf_counter()
-        x, y = sample_batch(tokens, cfg.batch_size, cfg.seq_len, cfg.bos_id, gen)
+        x, y = sample_batch(tokens, train_cfg.batch_size, train_cfg.seq_len, train_cfg.bos_id, gen)
         with torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
             loss = token_cross_entropy(logits_of(model, x.to(device)), y.to(device))
         scaler.scale(loss).backward()
         loss.item()  # train() reads the loss every step too (and so waits for the GPU)
         scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        rates.append(cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0))
+        rates.append(train_cfg.batch_size * train_cfg.seq_len / (time.perf_counter() - t0))
     return rates
 
 
@@ -85,14 +91,14 @@ def settings_worker(name: str, preset_name: str, steps: int) -> dict:
     if tune:
         tune_cpu_allocator()
     preset = PRESETS[preset_name]
-    cfg = dataclasses.replace(preset.train, steps=steps, warmup_steps=1, device="cpu", precision=precision)
+    train_cfg = dataclasses.replace(preset.train, steps=steps, warmup_steps=1, device="cpu", precision=precision)
     torch.manual_seed(0)
     model = Transformer(model_config(preset_name, "none"))
     fwd = torch.compile(model) if compile_ else model
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(1, model.cfg.vocab_size, (2_000_000,), generator=gen)
-    rates = plain_loop(model, lambda m, x: fwd(x), tokens, cfg, gen)
-    return {"first_s": cfg.batch_size * cfg.seq_len / rates[0], "rates": rates[1:]}
+    rates = plain_loop(model, lambda m, x: fwd(x), tokens, train_cfg, gen)
+    return {"first_s": train_cfg.batch_size * train_cfg.seq_len / rates[0], "rates": rates[1:]}
 
 
 def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dict[str, float]:
@@ -107,21 +113,60 @@ def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dic
             rates[name] += got["rates"]
             first[name].append(got["first_s"])
     med = {n: statistics.median(r) for n, r in rates.items()}
-    m, t = model_config(preset_name), PRESETS[preset_name].train
+    m, train_cfg = model_config(preset_name), PRESETS[preset_name].train
+    step_tokens = train_cfg.batch_size * train_cfg.seq_len
     print(f"CPU settings, {preset_name} preset ({m.d_model} wide, {m.n_layers} layers, {m.n_heads} x {m.head_dim} "
-          f"heads, batch {t.batch_size} x {t.seq_len}), {threads} threads, fresh process per turn; median of "
-          f"{len(rates[next(iter(SETTINGS))])} steps each ({rounds} interleaved rounds of {steps - 1}); "
-          f"native bf16: {torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
+          f"heads, batch {train_cfg.batch_size} x {train_cfg.seq_len}), {threads} threads, fresh process per turn; "
+          f"median of {len(rates[next(iter(SETTINGS))])} steps each ({rounds} interleaved rounds of {steps - 1}); "
+          f"native bf16: {cpu_has_native_bf16()}")
     base = med["fp32, glibc's default allocator"]
     for name, r in med.items():
         print(f"  {name:34s} {r:9,.0f} tok/s  {r / base:5.2f}x fp32 with glibc's defaults")
     name = "fp32 + torch.compile, tuned"
-    compile_s = statistics.median(first[name]) - t.batch_size * t.seq_len / med[name]
-    run_tokens = t.steps * t.batch_size * t.seq_len * t.grad_accum
+    compile_s = statistics.median(first[name]) - step_tokens / med[name]
+    run_tokens = train_cfg.steps * step_tokens * train_cfg.grad_accum
     eager_s, compiled_s = run_tokens / med["fp32, tuned allocator (default)"], compile_s + run_tokens / med[name]
     print(f"torch.compile: {compile_s:.0f} s to compile (median over rounds; the first ever compile is slower); "
-          f"end to end over the preset's {t.steps} steps: {eager_s / compiled_s:.2f}x the tuned eager run")
+          f"end to end over the preset's {train_cfg.steps} steps: {eager_s / compiled_s:.2f}x the tuned eager run")
     return med
+
+
+def train_flops_per_token(model_cfg, seq_len: int) -> float:
+    """Training FLOPs per token: three times the forward's (the backward is two forwards), 2 per parameter plus causal
+    attention (bench.ablation.forward_flops)."""
+    params = Transformer(model_cfg).num_params()
+    return 3 * forward_flops(params, model_cfg.n_layers, model_cfg.n_heads, model_cfg.head_dim, 1, seq_len) / seq_len
+
+
+def auto_precision(preset_name: str, device: torch.device, steps: int, rounds: int) -> dict:
+    """What precision="auto" chooses here, and the share of the machine's best matmul rate in that precision that
+    train() reaches on the preset's baseline (median tokens/s of `rounds` runs of `steps` steps, the first step of
+    each dropped); prints one report and returns its numbers."""
+    amp_dtype, _ = pick_precision("auto", device)
+    chosen = precision_name(amp_dtype)
+    best, n = best_matmul_rate(amp_dtype or torch.float32, device)
+    train_cfg = dataclasses.replace(PRESETS[preset_name].train, steps=steps, warmup_steps=1, eval_every=10**9,
+                                    eval_batches=1, ckpt_every=0, ckpt_minutes=0, device=str(device),
+                                    precision="auto", compile=False)
+    model_cfg = model_config(preset_name, "none")
+    tokens = torch.randint(1, model_cfg.vocab_size, (500_000,), generator=torch.Generator().manual_seed(0))
+    val = tokens[: train_cfg.seq_len * train_cfg.batch_size]
+    rates = []
+    for _ in range(rounds):
+        torch.manual_seed(0)
+        history = train(Transformer(model_cfg), tokens, val, train_cfg, progress=False)
+        assert history.info["precision_used"] == chosen
+        rates += history.tokens_per_s[1:]
+    tok_s = statistics.median(rates)
+    achieved = tok_s * train_flops_per_token(model_cfg, train_cfg.seq_len)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"CPU, {torch.get_num_threads()} threads, native bf16: {cpu_has_native_bf16()}")
+    print(f"precision='auto' on {where}: {chosen}. train() on the {preset_name} baseline (batch {train_cfg.batch_size} "
+          f"x {train_cfg.seq_len}): {tok_s:,.0f} tokens/s = {achieved / 1e9:.1f} GFLOP/s of model FLOPs, "
+          f"{achieved / best:.1%} of this machine's best {chosen} matmul rate ({best / 1e9:.1f} GFLOP/s, "
+          f"{n} x {n}; median of {len(rates)} steps)")
+    return {"precision": chosen, "tokens_per_s": tok_s, "model_flops": achieved, "best_matmul_flops": best,
+            "fraction": achieved / best}
 
 
 def main(argv=None):
@@ -133,7 +178,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10, help="training steps per turn")
     ap.add_argument("--preset", default="code", help="the recipe whose sizes the CPU settings comparison uses")
     ap.add_argument("--settings-rounds", type=int, default=3, help="turns per CPU settings contender")
-    ap.add_argument("--skip-settings", action="store_true", help="only the train() vs plain loop comparison")
+    ap.add_argument("--skip-settings", action="store_true", help="no CPU settings comparison")
+    ap.add_argument("--auto-rounds", type=int, default=2, help="runs of --steps steps for the precision report")
     ap.add_argument("--worker", choices=SETTINGS, help=argparse.SUPPRESS)  # one settings contender (internal)
     args = ap.parse_args(argv)
     if args.preset not in PRESETS:
@@ -143,22 +189,23 @@ def main(argv=None):
         print(json.dumps(settings_worker(args.worker, args.preset, args.steps)))
         return None
     device = pick_device(args.device)
+    auto_precision("code-gpu" if device.type == "cuda" else args.preset, device, args.steps, args.auto_rounds)
     if device.type == "cpu" and not args.skip_settings:
         cpu_settings(args.preset, args.threads, args.settings_rounds, args.steps)
     preset_name = "code-gpu" if device.type == "cuda" else "ci"
     preset = PRESETS[preset_name]
-    cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9, eval_batches=1,
+    train_cfg = dataclasses.replace(preset.train, steps=args.steps, warmup_steps=1, eval_every=10**9, eval_batches=1,
                               ckpt_every=0, ckpt_minutes=0, device=str(device), compile=False,
                               precision="auto" if device.type == "cuda" else "fp32")
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(1, 4096, (200_000,), generator=gen)
-    val = tokens[: cfg.seq_len * cfg.batch_size]
+    val = tokens[: train_cfg.seq_len * train_cfg.batch_size]
 
     def minigate_train(model, **kw):
-        return lambda: train(model, tokens, val, dataclasses.replace(cfg, **kw), progress=False).tokens_per_s
+        return lambda: train(model, tokens, val, dataclasses.replace(train_cfg, **kw), progress=False).tokens_per_s
 
     def plain(model, logits_of):
-        return lambda: plain_loop(model, logits_of, tokens, cfg, gen)
+        return lambda: plain_loop(model, logits_of, tokens, train_cfg, gen)
 
     torch.manual_seed(0)
     models = {gate: Transformer(model_config(preset_name, gate)) for gate in ("none", "headwise", "elementwise")}
@@ -178,23 +225,23 @@ def main(argv=None):
         t0 = time.perf_counter()
         contenders["minigate train() baseline, compile=True"]()
         compile_s = time.perf_counter() - t0
-    for run in contenders.values():  # warm-up turn: first-call costs (imports, allocator) out of the way
-        run()
+    for contender in contenders.values():  # warm-up turn: first-call costs (imports, allocator) out of the way
+        contender()
     rates = {name: [] for name in contenders}
     for _ in range(args.rounds):
-        for name, run in contenders.items():
-            rates[name] += run()[1:]
+        for name, contender in contenders.items():
+            rates[name] += contender()[1:]
     med = {name: statistics.median(r) for name, r in rates.items()}
 
     m = model_config(preset_name)
     n = len(rates["minigate train() baseline"])
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {args.threads} threads"
-    print(f"training tokens/s on {where}, {preset_name} preset ({cfg.precision}): batch {cfg.batch_size} x "
-          f"{cfg.seq_len}, d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; median of {n} "
+    print(f"training tokens/s on {where}, {preset_name} preset ({train_cfg.precision}): batch {train_cfg.batch_size} x "
+          f"{train_cfg.seq_len}, d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; median of {n} "
           f"steps per contender ({args.rounds} interleaved rounds of {args.steps})")
     base = med["minigate train() baseline"]
     for name, r in med.items():
-        print(f"  {name:34s} {r:9,.0f} tok/s  {1000 * cfg.batch_size * cfg.seq_len / r:7.1f} ms/step  "
+        print(f"  {name:34s} {r:9,.0f} tok/s  {1000 * train_cfg.batch_size * train_cfg.seq_len / r:7.1f} ms/step  "
               f"{r / base:5.3f}x minigate baseline")
     print(f"minigate train() / transformers plain loop: {base / med['transformers Qwen3, plain loop']:.3f}x "
           "(>1: minigate's loop is faster)")
@@ -204,7 +251,7 @@ def main(argv=None):
         print(f"gated / baseline, G1 {g}: {med[f'minigate train() G1 {g}'] / base:.3f}x tokens/s")
     if compile_s is not None:
         fast = med["minigate train() baseline, compile=True"]
-        tokens_run = preset.train.steps * cfg.batch_size * cfg.seq_len  # the whole preset run
+        tokens_run = preset.train.steps * train_cfg.batch_size * train_cfg.seq_len  # the whole preset run
         print(f"compile=True / eager: {fast / base:.3f}x tokens/s after {compile_s:.0f} s of compiling (first "
               f"turn); end to end over the preset's {preset.train.steps} steps: "
               f"{(tokens_run / base) / (compile_s + tokens_run / fast):.2f}x")

@@ -9,10 +9,11 @@
                      preset's corpus: ~150 MB on a full install, read once in a 3000-step run), 90/10 by file
     a+b              several corpora, concatenated (e.g. "python-stdlib+wikitext-2")
 
-Where the text comes from: if the folder named by the environment variable MINIGATE_DATA_DIR
+Where the text comes from: if the folder named by the environment variable MINIGATE_CORPORA_DIR
 holds a local copy (`wikitext-2-raw/wiki.{train,valid,test}.raw`, `tinystories/TinyStories-{train,
 valid}.txt`), it is read; otherwise the Hugging Face Hub (`datasets.load_dataset`). One printed line
-says which. CI and the tests set MINIGATE_DATA_DIR=../shared/data, which holds only wiki.test.raw.
+says which. CI and the tests set MINIGATE_CORPORA_DIR=../shared/data, which holds only wiki.test.raw.
+Its old name, MINIGATE_DATA_DIR, still works, with a FutureWarning.
 
 The held-out split. Offline we only have WikiText-2's test split, so the `wikitext-2` corpus splits
 it by article: an article starts at a top-level heading line ` = Title = `; article number i
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 
 from .python_files import STDLIB_MAX_BYTES, code_files, python_code_info, stdlib_files, stdlib_info
@@ -33,18 +35,30 @@ from .python_files import STDLIB_MAX_BYTES, code_files, python_code_info, stdlib
 HUB = {"wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),  # (repo, config) for datasets.load_dataset
        "wikitext-103": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
        "tinystories": ("roneneldan/TinyStories", None)}
-LOCAL = {"wikitext-2": "wikitext-2-raw/wiki.{split}.raw",  # file names inside MINIGATE_DATA_DIR
+LOCAL_DIR_VAR, OLD_LOCAL_DIR_VAR = "MINIGATE_CORPORA_DIR", "MINIGATE_DATA_DIR"  # the folder of local copies
+LOCAL = {"wikitext-2": "wikitext-2-raw/wiki.{split}.raw",  # file names inside MINIGATE_CORPORA_DIR
          "wikitext-103": "wikitext-103-raw/wiki.{split}.raw",
          "tinystories": "tinystories/TinyStories-{split}.txt"}
 LOCAL_SPLIT = {"train": "train", "validation": "valid", "test": "test"}  # Hub split -> local file name
 
 
 class DataUnavailableError(RuntimeError):
-    """The text is neither in MINIGATE_DATA_DIR nor reachable on the Hub."""
+    """The text is neither in MINIGATE_CORPORA_DIR nor reachable on the Hub."""
 
 
 def _say(msg: str):
     print(f"[minigate.data] {msg}", flush=True)
+
+
+def local_copies() -> str | None:
+    """The folder of local corpus copies: $MINIGATE_CORPORA_DIR, else its old name $MINIGATE_DATA_DIR (with a
+    FutureWarning); None if neither is set. Not the course's data/ folder (resources.DATA_DIR)."""
+    folder = os.environ.get(LOCAL_DIR_VAR)
+    if not folder and os.environ.get(OLD_LOCAL_DIR_VAR):
+        warnings.warn(f"{OLD_LOCAL_DIR_VAR} is now {LOCAL_DIR_VAR}: set {LOCAL_DIR_VAR} instead", FutureWarning,
+                      stacklevel=3)
+        folder = os.environ[OLD_LOCAL_DIR_VAR]
+    return folder or None
 
 
 # -- raw text ------------------------------------------------------------------------------------------
@@ -64,8 +78,8 @@ def _from_hub(name: str, split: str, max_chars: int | None) -> list[str]:
     repo, config = HUB[name]
     offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
                   for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-    local = os.environ.get("MINIGATE_DATA_DIR")
-    fix = (f"Either put a local copy in MINIGATE_DATA_DIR (now {local!r}; expected file "
+    local = local_copies()
+    fix = (f"Either put a local copy in {LOCAL_DIR_VAR} (now {local!r}; expected file "
            f"{LOCAL[name].format(split=LOCAL_SPLIT.get(split, split))!r} inside it), "
            f"or connect to the internet so that datasets.load_dataset({repo!r}) can download it.")
     if not offline and not _hub_reachable():
@@ -95,7 +109,7 @@ def _normalize_wikitext(text: str) -> str:
 def load_text(name: str, split: str, max_chars: int | None = None) -> str:
     """The raw text of one split of a dataset: "wikitext-2" (train, validation, test), "tinystories"
     (train, validation) or "python-stdlib" (train, validation of the by-file split).
-    Reads MINIGATE_DATA_DIR's local copy if there is one, else the Hub; prints which."""
+    Reads MINIGATE_CORPORA_DIR's local copy if there is one, else the Hub; prints which."""
     if name == "python-stdlib":
         return "".join(stdlib_documents(split))
     if name not in HUB:
@@ -103,13 +117,13 @@ def load_text(name: str, split: str, max_chars: int | None = None) -> str:
     if split not in LOCAL_SPLIT or (name == "tinystories" and split == "test"):
         raise ValueError(f"{name} has no split {split!r}; use 'train' or 'validation'"
                          + (" or 'test'" if name.startswith("wikitext") else ""))
-    local_dir = os.environ.get("MINIGATE_DATA_DIR")
+    local_dir = local_copies()
     path = Path(local_dir) / LOCAL[name].format(split=LOCAL_SPLIT[split]) if local_dir else None
     if path is not None and path.is_file():
         text = path.read_text(encoding="utf-8")
         if max_chars is not None:
             text = text[:max_chars]
-        _say(f"{name} {split}: local copy $MINIGATE_DATA_DIR/{LOCAL[name].format(split=LOCAL_SPLIT[split])}")
+        _say(f"{name} {split}: local copy ${LOCAL_DIR_VAR}/{LOCAL[name].format(split=LOCAL_SPLIT[split])}")
     else:
         rows = _from_hub(name, split, max_chars)  # wikitext rows are lines, tinystories rows are stories
         sep = "" if name.startswith("wikitext") else "\n<|endoftext|>\n"  # as in the TinyStories .txt files

@@ -39,7 +39,8 @@ def main(argv=None) -> int:
         out["train_seconds"][name] = sum(tokens / s for s in h["tokens_per_s"])
     if rc == 0:
         prose = measure.prose_windows()
-        out["rows"] = {v: r.record() for v, r in grow.measure(prose, "cuda" if torch.cuda.is_available() else "cpu").items()}
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        out["rows"] = {v: r.record() for v, r in grow.measure(prose, device).items()}
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=2))

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MINIGATE_DATA_DIR=$PWD/.gpu/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MINIGATE_CORPORA_DIR=$PWD/.gpu/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -13,6 +13,7 @@ import minigate
 from minigate import ModelConfig, Transformer
 from minigate import train as T
 from minigate.cli import main
+from minigate.hardware import pick_precision
 from minigate.presets import TrainConfig
 
 pytestmark = [pytest.mark.gpu,
@@ -47,9 +48,9 @@ def test_training_on_cuda_learns_in_every_precision(precision):
 
 
 def test_fp16_uses_a_grad_scaler_and_auto_picks_by_capability():
-    assert T.pick_precision("fp16", torch.device("cuda")) == (torch.float16, True)
+    assert pick_precision("fp16", torch.device("cuda")) == (torch.float16, True)
     want = (torch.bfloat16, False) if torch.cuda.get_device_capability()[0] >= 8 else (torch.float16, True)
-    assert T.pick_precision("auto", torch.device("cuda")) == want
+    assert pick_precision("auto", torch.device("cuda")) == want
 
 
 def test_compile_matches_eager_closely():
@@ -93,9 +94,9 @@ def test_from_pretrained_onto_cuda_in_half_precision(tmp_path):
 def test_code_preset_on_cuda_through_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "3000000")
     out = tmp_path / "code"
-    assert main(["train", "--preset", "code-gpu", "--gate", "headwise", "--out", str(out), "--steps", "20",
+    assert main(["train", "--preset", "code-gpu", "--variant", "headwise", "--out", str(out), "--steps", "20",
                  "--quiet", "--set", "eval_every=10"]) == 0
-    run = json.loads((out / "run.json").read_text())
+    run_json = json.loads((out / "run.json").read_text())
     history = json.loads((out / "history.json").read_text())
-    assert run["train"]["compile"] == "auto" and history["val_loss"][-1] < history["val_loss"][0]
+    assert run_json["train"]["compile"] == "auto" and history["val_loss"][-1] < history["val_loss"][0]
     assert [m["step"] for m in history["metrics"]] == [10, 20]

@@ -19,5 +19,5 @@ for p in $PKGS; do
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .gpu/whl "$p==$v"
 done
-cp -r "${MINIGATE_DATA_DIR:-../shared/data}/wikitext-2-raw" .gpu/data/
+cp -r "${MINIGATE_CORPORA_DIR:-../shared/data}/wikitext-2-raw" .gpu/data/
 du -sh .gpu

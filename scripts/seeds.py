@@ -22,6 +22,7 @@ import torch
 
 from minigate import measure
 from minigate.pretrained import SHIPPED_DIR
+from minigate.runfolder import read_run_json
 
 
 def run_facts(run_json: dict, history: dict) -> dict:
@@ -38,7 +39,7 @@ def run_facts(run_json: dict, history: dict) -> dict:
 def row(seed: int, variant: str, measured: measure.Shipped, folder: Path) -> dict:
     history = json.loads((folder / "history.json").read_text())
     return {"seed": seed, "variant": variant, **measured.record(),
-            **run_facts(json.loads((folder / "run.json").read_text()), history)}
+            **run_facts(read_run_json(folder), history)}
 
 
 def main(argv=None) -> int:
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
             if not (folder / "model" / "config.json").is_file():
                 print(f"seeds: {folder} is not finished; leaving seed {seed} {name} out", file=sys.stderr)
                 continue
-            recorded = json.loads((folder / "run.json").read_text())["train"]["seed"]
+            recorded = read_run_json(folder)["train"]["seed"]
             assert recorded == int(seed), f"{folder} is seed {recorded}, not {seed}"
             measured = measure.measure_folder(folder, prose, name=f"seed{seed}-{name}")
             rows.append(row(int(seed), variant, measured, folder))

@@ -32,6 +32,7 @@ import minigate
 from minigate import measure
 from minigate.pretrained import SHIPPED_DIR
 from minigate.run import execute, plan_run
+from minigate.runfolder import read_run_json
 
 ROOT = Path(__file__).resolve().parent.parent  # the course checkout
 PRESETS = ("code", "code-gpu", "code-moe")
@@ -72,7 +73,7 @@ def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
     """Copy a finished run's model into `ship` (bf16 + run.json, tokenizer, thinned history); its measurements
     (measurements.json's record) with the fp32 numbers, the training minutes and steps."""
     history = json.loads((run_dir / "history.json").read_text())
-    run_json = json.loads((run_dir / "run.json").read_text())
+    run_json = read_run_json(run_dir)
     trained = measure.measure_folder(run_dir, prose)
     if ship.exists():
         shutil.rmtree(ship)

@@ -41,7 +41,7 @@ import time
 import torch
 
 from minigate import Transformer
-from minigate.bench.ablation import forward_flops
+from minigate.ablation import forward_flops
 from minigate.bench.common import best_matmul_rate, qwen3_twin
 from minigate.data import sample_batch
 from minigate.evaluation import token_cross_entropy
@@ -133,7 +133,7 @@ def cpu_settings(preset_name: str, threads: int, rounds: int, steps: int) -> dic
 
 def train_flops_per_token(model_cfg, seq_len: int) -> float:
     """Training FLOPs per token: three times the forward's (the backward is two forwards), 2 per parameter plus causal
-    attention (bench.ablation.forward_flops)."""
+    attention (ablation.forward_flops)."""
     params = Transformer(model_cfg).num_params()
     return 3 * forward_flops(params, model_cfg.n_layers, model_cfg.n_heads, model_cfg.head_dim, 1, seq_len) / seq_len
 

@@ -178,25 +178,26 @@ class Grow:
             return None
         return {v: measure_folder(self.folder(v), prose, device, name=f"yours-{NAMES[v]}") for v in VARIANTS}
 
-    def estimate(self, steps: int = 4, device: str | None = None) -> dict[str, float]:
-        """Minutes per model on this machine: a few training steps of each model, timed in this process (the first
-        left out: it allocates), times the recipe's steps. Evaluations and the tracker add a few percent."""
+    def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
+        """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, timed
+        in this process (the first steps allocate, and bf16 kernels are built on first use: left out), the median
+        step times the recipe's steps. Evaluations and the tracker add a few percent. About half a minute on a CPU;
+        run it before the models train, not beside them."""
         from ..model import Transformer
         from ..train import train  # the library's trainer, as the runs use it
 
         cfg = PRESETS[self.preset].train
-        n = self.steps or cfg.steps
-        timed = dataclasses.replace(cfg, steps=steps + 1, eval_every=steps + 1, eval_batches=1, ckpt_every=0,
-                                    ckpt_minutes=0, warmup_steps=1, compile=False,
-                                    **({"device": device} if device else {}))
+        n, total = self.steps or cfg.steps, warmup + steps
+        timed = dataclasses.replace(cfg, steps=total, eval_every=total, eval_batches=1, ckpt_every=0, ckpt_minutes=0,
+                                    warmup_steps=1, compile=False, **({"device": device} if device else {}))
+        tokens = cfg.batch_size * cfg.seq_len * cfg.grad_accum
         minutes = {}
         for variant in VARIANTS:
             torch.manual_seed(self.seed)
             model = Transformer(model_config(self.preset, variant))
-            ids = torch.randint(0, model.cfg.vocab_size, (cfg.batch_size * (cfg.seq_len + 1) * (steps + 2),))
+            ids = torch.randint(0, model.cfg.vocab_size, (cfg.batch_size * (cfg.seq_len + 1) * (total + 1),))
             h = train(model, ids, ids[: cfg.batch_size * (cfg.seq_len + 1) * 2], timed, progress=False)
-            tokens = cfg.batch_size * cfg.seq_len * cfg.grad_accum
-            minutes[NAMES[variant]] = n * tokens / statistics.median(h.tokens_per_s[1:]) / 60
+            minutes[NAMES[variant]] = n * tokens / statistics.median(h.tokens_per_s[warmup:]) / 60
         return minutes
 
     def show(self, every: float = 30.0):

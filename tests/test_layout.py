@@ -97,6 +97,19 @@ def test_the_library_runs_no_process_and_holds_no_release_pipeline():
     assert (PACKAGE.parent / "scripts" / "ship.py").is_file() and not (PACKAGE / "ship.py").exists()
 
 
+def test_lessons_import_the_library_and_course_code_never_a_benchmark_or_a_script():
+    """A lesson measures with minigate.measure and quotes the paper from the library: it imports no benchmark
+    (minigate.bench) and nothing of scripts/ (the release pipeline)."""
+    import json
+    import re
+
+    for nb in sorted((PACKAGE.parent / "solutions").glob("0*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        imports = [line for line in code.splitlines() if line.lstrip().startswith(("import ", "from "))]
+        assert not [line for line in imports if "minigate.bench" in line or "scripts" in line], nb.name
+        assert not [line for line in imports if re.match(r"from minigate import .*\bship\b", line)], nb.name
+
+
 def test_benchmarks_and_course_code_never_import_each_other():
     for name, deps in import_graph().items():
         for this, other in (("minigate.bench", "minigate.course"), ("minigate.course", "minigate.bench")):

@@ -180,3 +180,50 @@ def effect_summary(rows: dict) -> str:
             f"{x['headwise']['f_attn_excess']:.1f}x (headwise) and {x['elementwise']['f_attn_excess']:.1f}x "
             f"(elementwise) less first-token attention above uniform (F-Attn at T=512) and "
             f"{x['headwise']['m_act']:.1f}x and {x['elementwise']['m_act']:.1f}x smaller massive activations (M-Act).")
+
+
+def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Shipped]]:
+    """{seed: {variant: Shipped}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py):
+    seed 0 is the shipped trio, every seed measured with the shipped protocol."""
+    path = Path(path or SHIPPED_DIR.parent / "seeds" / f"{preset}.json")
+    seeds: dict[int, dict[str, Shipped]] = {}
+    for r in json.loads(path.read_text())["rows"]:
+        seeds.setdefault(r["seed"], {})[r["variant"]] = Shipped.from_record(r)
+    return seeds
+
+
+@dataclass
+class Spread:
+    """One number over a recipe's seeds: seed 0's value (the shipped models'), the range over all seeds, and in how
+    many seeds the gate helped (lowered the baseline's sink heads, excess or M-Act)."""
+    seed0: float
+    low: float
+    high: float
+    helped: int
+    seeds: int
+
+
+def _over(values: dict[int, float], helped: dict[int, bool]) -> Spread:
+    return Spread(values[0], min(values.values()), max(values.values()), sum(helped.values()), len(values))
+
+
+def spread(seeds: dict[int, dict[str, Shipped]]) -> dict[str, dict[str, Spread]]:
+    """Each number the course states, over the seeds that have all three models: {gated variant: {"f_attn_excess",
+    "m_act": baseline / gated; "sink_rate_64": the gated model's share of sink heads at T=64; "max_head_64": its
+    strongest head at T=64}} and {"none": the baseline's "sink_rate_64" and "max_head_64"}. Helped: a ratio above
+    1, fewer sink heads than that seed's baseline, a strongest head below the baseline's."""
+    whole = {s: rows for s, rows in sorted(seeds.items()) if set(rows) == set(NAMES)}
+    if 0 not in whole:
+        raise ValueError("spread needs seed 0 (the shipped trio) with all three variants")
+    out = {"none": {}}
+    for k in ("sink_rate_64", "max_head_64"):
+        base = {s: getattr(rows["none"], k) for s, rows in whole.items()}
+        out["none"][k] = _over(base, dict.fromkeys(whole, False))
+        for g in ("headwise", "elementwise"):
+            gated = {s: getattr(rows[g], k) for s, rows in whole.items()}
+            out.setdefault(g, {})[k] = _over(gated, {s: gated[s] < base[s] for s in whole})
+    for g in ("headwise", "elementwise"):
+        for k in ("f_attn_excess", "m_act"):
+            x = {s: ratios(rows)[g][k] for s, rows in whole.items()}
+            out[g][k] = _over(x, {s: x[s] > 1 for s in whole})
+    return out

@@ -132,3 +132,39 @@ def test_the_shipped_measurements_are_what_the_shipped_weights_give():
     assert measure.ratios(rows)["elementwise"]["m_act"] == pytest.approx(m_act)
     assert measure.shipped_variants("code") == list(measure.NAMES)
     assert measure.shipped_variants("code-moe") == ["none", "elementwise"]
+
+
+def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
+    rec = lambda seed, v, excess, m_act, sinks, head: {  # noqa: E731
+        "seed": seed, "variant": v, "f_attn_excess": excess, "m_act": m_act, "sink_rate_64": sinks, "max_head_64": head}
+    rows = [rec(0, "none", 0.06, 80, 0.375, 0.6), rec(0, "headwise", 0.02, 40, 0.125, 0.7),
+            rec(0, "elementwise", 0.01, 20, 0.125, 0.5),
+            rec(1, "none", 0.05, 60, 0.375, 0.5), rec(1, "headwise", 0.025, 60, 0.4375, 0.4),
+            rec(1, "elementwise", 0.01, 30, 0.0625, 0.3),
+            rec(2, "none", 0.05, 60, 0.375, 0.5)]  # a seed still training: left out
+    (tmp_path / "code.json").write_text(json.dumps({"rows": rows}))
+    seeds = measure.seed_rows(path=tmp_path / "code.json")
+    assert sorted(seeds) == [0, 1, 2] and set(seeds[2]) == {"none"}
+    s = measure.spread(seeds)
+    h, e = s["headwise"], s["elementwise"]
+    assert (h["f_attn_excess"].seed0, h["f_attn_excess"].low, h["f_attn_excess"].high) == (3.0, 2.0, 3.0)
+    assert (h["m_act"].helped, h["m_act"].seeds, h["m_act"].low) == (1, 2, 1.0)  # seed 1: no smaller M-Act
+    assert (h["sink_rate_64"].helped, e["sink_rate_64"].helped) == (1, 2)  # seed 1's headwise has more sink heads
+    assert (h["max_head_64"].helped, e["max_head_64"].high) == (1, 0.5)  # seed 0's headwise head is the stronger
+    assert s["none"]["sink_rate_64"].seeds == 2 and s["none"]["max_head_64"].low == 0.5
+    with pytest.raises(ValueError, match="needs seed 0"):
+        measure.spread({1: seeds[1]})
+
+
+def test_the_recorded_seeds_are_measured_as_the_shipped_models():
+    """data/seeds/code.json: seed 0 is the shipped trio's measurements.json, every row names its corpus, precision
+    and speed, and each seed holds the three variants once."""
+    data_ = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
+    assert data_["protocol"]["windows_sha256"] == measure.stored("code-baseline")["protocol"]["windows_sha256"]
+    seeds = measure.seed_rows()
+    assert set(seeds[0]) == set(measure.NAMES) and len(seeds) >= 2
+    for v, r in seeds[0].items():
+        assert r.m_act == measure.stored(f"code-{measure.NAMES[v]}")["m_act"]
+    for r in data_["rows"]:
+        assert r["precision"] in ("fp32", "bf16") and len(r["corpus_sha256"]) == 64 and r["tokens_per_s"] > 0
+    assert len(data_["rows"]) == len({(r["seed"], r["variant"]) for r in data_["rows"]})

@@ -227,3 +227,46 @@ def spread(seeds: dict[int, dict[str, Shipped]]) -> dict[str, dict[str, Spread]]
             x = {s: ratios(rows)[g][k] for s, rows in whole.items()}
             out[g][k] = _over(x, {s: x[s] > 1 for s in whole})
     return out
+
+
+def _ratio(x: Spread) -> str:
+    return f"{x.seed0:.1f}x ({x.low:.1f}-{x.high:.1f}x, smaller in {x.helped} of {x.seeds} seeds)"
+
+
+def _heads(x: Spread, n_heads: int) -> str:
+    return f"{round(x.seed0 * n_heads)} ({round(x.low * n_heads)}-{round(x.high * n_heads)})"
+
+
+def _value(x: Spread) -> str:
+    return f"{x.seed0:.2f} ({x.low:.2f}-{x.high:.2f})"
+
+
+def spread_lines(s: dict[str, dict[str, Spread]], n_heads: int = 16) -> list[str]:
+    """What the lessons print of `spread(seeds)`: per gated variant, each ratio as seed 0's value, the range over the
+    seeds and in how many the gate helped; the sink heads and the strongest head at T=64 next to the baseline's."""
+    b, n = s["none"], s["none"]["sink_rate_64"].seeds
+    lines = [f"over {n} seeds, seed 0's value (the shipped models) and the range over the seeds:",
+             f"  baseline: sink heads at T=64 {_heads(b['sink_rate_64'], n_heads)} of {n_heads}; strongest head at "
+             f"T=64 {_value(b['max_head_64'])}"]
+    for g in ("headwise", "elementwise"):
+        x = s[g]
+        lines.append(f"  {g}: F-Attn above uniform {_ratio(x['f_attn_excess'])}, M-Act {_ratio(x['m_act'])}; sink "
+                     f"heads {_heads(x['sink_rate_64'], n_heads)}, fewer than the baseline's in "
+                     f"{x['sink_rate_64'].helped} of {n}; strongest head {_value(x['max_head_64'])}, below the "
+                     f"baseline's in {x['max_head_64'].helped} of {n}")
+    return lines
+
+
+def seed_sentence(s: dict[str, dict[str, Spread]], preset: str = "code", n_heads: int = 16) -> str:
+    """The sentence the READMEs state about a recipe's seeds (data/seeds/<preset>.json), from `spread(seeds)`."""
+    b, h, e, n = s["none"], s["headwise"], s["elementwise"], s["none"]["sink_rate_64"].seeds
+    return (f"Over {n} seeds of the `{preset}` recipe (seed 0 is the shipped trio; `data/seeds/{preset}.json`), "
+            f"seed 0's ratios and their range: first-token attention above uniform {_ratio(h['f_attn_excess'])} "
+            f"smaller with the headwise gate and {_ratio(e['f_attn_excess'])} with the elementwise gate; M-Act "
+            f"{_ratio(h['m_act'])} and {_ratio(e['m_act'])}; sink heads at T=64 "
+            f"{_heads(b['sink_rate_64'], n_heads)} of {n_heads} in the baseline against "
+            f"{_heads(h['sink_rate_64'], n_heads)} and {_heads(e['sink_rate_64'], n_heads)}, fewer in "
+            f"{h['sink_rate_64'].helped} and {e['sink_rate_64'].helped} of {n}. The strongest head at T=64 is "
+            f"{_value(b['max_head_64'])} in the baseline, {_value(h['max_head_64'])} headwise (below the "
+            f"baseline's in {h['max_head_64'].helped} of {n}) and {_value(e['max_head_64'])} elementwise (in "
+            f"{e['max_head_64'].helped} of {n}).")

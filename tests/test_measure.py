@@ -168,3 +168,13 @@ def test_the_recorded_seeds_are_measured_as_the_shipped_models():
     for r in data_["rows"]:
         assert r["precision"] in ("fp32", "bf16") and len(r["corpus_sha256"]) == 64 and r["tokens_per_s"] > 0
     assert len(data_["rows"]) == len({(r["seed"], r["variant"]) for r in data_["rows"]})
+
+
+def test_the_lessons_and_readmes_state_each_number_with_its_range():
+    s = measure.spread(measure.seed_rows())
+    n = s["none"]["m_act"].seeds if "m_act" in s["none"] else s["none"]["sink_rate_64"].seeds
+    lines = measure.spread_lines(s)
+    assert lines[0] == f"over {n} seeds, seed 0's value (the shipped models) and the range over the seeds:"
+    x = s["elementwise"]["m_act"]
+    assert f"M-Act {x.seed0:.1f}x ({x.low:.1f}-{x.high:.1f}x, smaller in {x.helped} of {n} seeds)" in lines[3]
+    assert x.low <= x.seed0 <= x.high and measure.seed_sentence(s).startswith(f"Over {n} seeds of the `code` recipe")

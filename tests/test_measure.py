@@ -172,7 +172,7 @@ def test_the_recorded_seeds_are_measured_as_the_shipped_models():
 
 def test_the_lessons_and_readmes_state_each_number_with_its_range():
     s = measure.spread(measure.seed_rows())
-    n = s["none"]["m_act"].seeds if "m_act" in s["none"] else s["none"]["sink_rate_64"].seeds
+    n = s["none"]["sink_rate_64"].seeds
     lines = measure.spread_lines(s)
     assert lines[0] == f"over {n} seeds, seed 0's value (the shipped models) and the range over the seeds:"
     x = s["elementwise"]["m_act"]

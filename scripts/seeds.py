@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -40,6 +41,27 @@ def row(seed: int, variant: str, measured: measure.Shipped, folder: Path) -> dic
     history = json.loads((folder / "history.json").read_text())
     return {"seed": seed, "variant": variant, **measured.record(),
             **run_facts(read_run_json(folder), history)}
+
+
+SENTENCE = re.compile(r"Over \d+ seeds of the `[\w-]+` recipe .*? elementwise \(in \d+ of \d+\)\.", re.S)
+
+
+def update_readmes(preset: str, root: Path = SHIPPED_DIR.parent.parent) -> list[Path]:
+    """Put measure.seed_sentence of the recorded seeds in the README and data/checkpoints/README.md: in place of the
+    last one, or the first time right after the shipped models' sentence (measure.effect_summary)."""
+    sentence = measure.seed_sentence(measure.spread(measure.seed_rows(preset)), preset)
+    summary = measure.effect_summary(measure.shipped_rows(preset))
+    changed = []
+    for doc in (root / "README.md", root / "data" / "checkpoints" / "README.md"):
+        text = doc.read_text()
+        new = SENTENCE.sub(sentence, text, count=1) if SENTENCE.search(text) else text.replace(summary,
+                                                                                               f"{summary} {sentence}")
+        if new == text and sentence not in text:
+            raise ValueError(f"{doc} states neither the seeds' sentence nor the shipped models': put them back")
+        if new != text:
+            doc.write_text(new)
+            changed.append(doc)
+    return changed
 
 
 def main(argv=None) -> int:
@@ -79,6 +101,9 @@ def main(argv=None) -> int:
                     "(seed 0: the shipped 16-bit weights)")
     out.write_text(json.dumps({"preset": args.preset, "protocol": protocol, "rows": rows}, indent=1) + "\n")
     print(f"seeds: {len(rows)} rows -> {out}")
+    if args.preset == "code" and not args.out:
+        for doc in update_readmes(args.preset):
+            print(f"seeds: rewrote the seeds' sentence in {doc}")
     return 0
 
 

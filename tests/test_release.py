@@ -134,3 +134,27 @@ def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, ca
     assert ship.main(["--preset", "code", "--measure", "--ship", str(tmp_path), "--variants", "none"]) == 0
     assert "rewrote" not in capsys.readouterr().out and (ship.ROOT / "README.md").read_text() == readme
     assert json.loads((tmp_path / "code-baseline" / measure.MEASUREMENTS).read_text())["windows"] == 75
+
+
+_seeds_spec = importlib.util.spec_from_file_location("seeds", Path(__file__).parents[1] / "scripts" / "seeds.py")
+seeds = importlib.util.module_from_spec(_seeds_spec)
+_seeds_spec.loader.exec_module(seeds)
+
+
+def test_the_readmes_state_the_seeds_and_scripts_seeds_rewrites_them(tmp_path):
+    """Both READMEs state measure.seed_sentence of data/seeds/code.json; scripts/seeds.py puts a new one in place of
+    the old, and refuses a README that states neither sentence."""
+    sentence = measure.seed_sentence(measure.spread(measure.seed_rows()))
+    for doc in (ship.ROOT / "README.md", SHIPPED_DIR / "README.md"):
+        assert sentence in doc.read_text(), doc
+    (tmp_path / "data" / "checkpoints").mkdir(parents=True)
+    old = sentence.replace("Over ", "Over 9", 1).replace("elementwise (in ", "elementwise (in 9", 1)
+    summary = measure.effect_summary(measure.shipped_rows("code"))
+    (tmp_path / "README.md").write_text(f"Intro. {summary} {old} End.\n")
+    (tmp_path / "data" / "checkpoints" / "README.md").write_text(f"{summary}\n")  # the first time: after it
+    assert len(seeds.update_readmes("code", tmp_path)) == 2
+    assert (tmp_path / "README.md").read_text() == f"Intro. {summary} {sentence} End.\n"
+    assert (tmp_path / "data" / "checkpoints" / "README.md").read_text() == f"{summary} {sentence}\n"
+    (tmp_path / "README.md").write_text("edited by hand\n")
+    with pytest.raises(ValueError, match="states neither the seeds' sentence"):
+        seeds.update_readmes("code", tmp_path)

@@ -140,6 +140,22 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> Ac
     return _Recorder(model, tokens.shape[0]).run(model, tokens, batch_size, sinks=False).act()
 
 
+@torch.no_grad()
+def peak_to_median(model, tokens: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+    """(layer,): each layer's largest |residual-stream value| (hook_resid_post) divided by the median |value| of that
+    layer over all windows, positions and dimensions: Sun et al.'s (2024) yardstick for a massive activation, which
+    they find hundreds to thousands of times the median."""
+    magnitudes: dict[int, list[torch.Tensor]] = {}
+
+    def keep(resid, hook):  # resid (batch, pos, d_model)
+        magnitudes.setdefault(hook.layer, []).append(resid.detach().abs().float().flatten().cpu())
+
+    for batch in _batches(tokens, batch_size):
+        model.run_with_hooks(batch.to(model.device), fwd_hooks=[(lambda n: n.endswith("hook_resid_post"), keep)])
+    a = [torch.cat(magnitudes[layer]) for layer in sorted(magnitudes)]
+    return torch.stack([x.max() / x.median() for x in a])
+
+
 @dataclass
 class Measures:
     """The published sink and activation numbers of a model on held-out windows (batch, T), <bos> first, each named

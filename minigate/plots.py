@@ -153,6 +153,37 @@ def first_token_share(sinks: dict, threshold: float = 0.3, title: str = "Attenti
     return _finish(fig, ax)
 
 
+def first_token_excess_map(excess: dict, threshold: float | None = None,
+                           title: str = "Attention on the first token above uniform, head by head"):
+    """(layer x head) heatmap of each head's first-token excess over uniform attention, one panel per model
+    ({name: (layer, head) tensor}), on one colour scale centred on 0 (red above uniform, blue below). Heads above
+    `threshold` are boxed and counted in the panel's title; with at most 64 heads per model every value is printed."""
+    grids = {name: torch.as_tensor(e, dtype=torch.float).detach().cpu() for name, e in excess.items()}
+    vmax = max(g.abs().max().item() for g in grids.values()) or 1.0
+    norm = plt.Normalize(-vmax, vmax)
+    n_layers = max(g.shape[0] for g in grids.values())
+    fig, axes = plt.subplots(1, len(grids), figsize=(3.2 * len(grids) + 1.2, min(8.0, max(3.0, 0.2 * n_layers + 2))),
+                             squeeze=False, layout="constrained")
+    for ax, (name, g) in zip(axes[0], grids.items(), strict=True):
+        im = ax.imshow(g.numpy(), cmap="RdBu_r", norm=norm, aspect="auto")
+        above = (g > threshold) if threshold is not None else torch.zeros_like(g, dtype=torch.bool)
+        for L, h in above.nonzero().tolist():
+            ax.add_patch(plt.Rectangle((h - 0.5, L - 0.5), 1, 1, fill=False, edgecolor="black",
+                                       lw=1.5 if g.numel() <= 64 else 0.7))
+        if g.numel() <= 64:
+            for (L, h), v in zip(torch.cartesian_prod(torch.arange(g.shape[0]), torch.arange(g.shape[1])).tolist(),
+                                 g.flatten().tolist(), strict=True):
+                ax.text(h, L, f"{round(v, 2) + 0.0:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if abs(norm(v) - 0.5) > 0.35 else "black")
+        n = int(above.sum())
+        label = name if threshold is None else f"{name}\n{n} head{'' if n == 1 else 's'} above {threshold:g}"
+        ax.set(xlabel="head", ylabel="layer", title=label)
+        _integer_ticks(ax, x=True, y=True)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="first-token share above uniform")
+    fig.suptitle(title)
+    return fig
+
+
 def m_act_per_layer(acts: dict, title: str = "Largest residual activation per layer"):
     """Per-layer max |residual| of several models ({name: ActivationStats}) as points, log scale."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -165,6 +196,37 @@ def m_act_per_layer(acts: dict, title: str = "Largest residual activation per la
     ax.set_xticks(range(max(len(a.max_abs) for a in acts.values())))
     _log_ticks(ax)
     return _finish(fig, ax)
+
+
+def residual_map(resid: dict, title: str = "Residual stream magnitude, position by dimension"):
+    """Position x dimension maps of |residual stream| ({label: (pos, d_model) tensor}, e.g. one layer's
+    hook_resid_post on one window), one panel per model, each as a multiple of its own median |value| (Sun et al.'s
+    yardstick for a massive activation) on one shared log colour scale from 1 (the median; smaller values take its
+    colour). Each panel's title gives its peak's multiple and place."""
+    ratios = {}
+    for label, r in resid.items():
+        a = torch.as_tensor(r).detach().float().cpu().abs()
+        ratios[label] = a / a.median()
+    top = max(max(x.max().item() for x in ratios.values()), 2.0)
+    norm = LogNorm(1, top, clip=True)
+    n = len(ratios)
+    pos, dims = next(iter(ratios.values())).shape
+    fig, axes = plt.subplots(n, 1, figsize=(min(12.0, 2.0 + dims / 14), n * (0.6 + pos / 22)), squeeze=False,
+                             layout="constrained")
+    for ax, (label, x) in zip(axes[:, 0], ratios.items(), strict=True):
+        im = ax.imshow(x.clamp(min=1).numpy(), cmap="magma", norm=norm, interpolation="nearest", aspect="auto")
+        p, d = divmod(int(x.argmax()), x.shape[1])
+        ax.scatter([d], [p], s=120, facecolors="none", edgecolors="cyan", linewidths=1.5)  # ring the peak
+        ax.set_title(f"{label}: peak {x.max():.0f}x the median |value|, at position {p}, dimension {d}", fontsize=9)
+        ax.set_ylabel("position")
+        _integer_ticks(ax, x=True, y=True)
+    axes[-1, 0].set_xlabel("dimension of the residual stream")
+    bar = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.9, label="|value| / median |value|\n(log scale)")
+    bar.ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5), numticks=12))
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    fig.suptitle(title)
+    return fig
 
 
 def training_metric(histories: dict, metric: str = "f_attn", ylabel: str | None = None,
@@ -222,6 +284,50 @@ def head_table(tables: dict, title: str = "Per head", vmax: float = 1.0, row_lab
         ax.set_yticks(range(n_heads), labels)
         ax.set_title(name)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
+    fig.suptitle(title)
+    return fig
+
+
+BAR_COLORS = ("tab:orange", "tab:purple", "tab:cyan", "tab:olive", "tab:pink", "tab:brown", "0.4")
+
+
+def head_writes_and_looks(writes: dict, looks: dict, before: dict | None = None,
+                          title: str = "What each head writes, and where it looks",
+                          write_label: str = "mean norm of the head's output", look_label: str = "share of attention"):
+    """Grouped bars per head of one layer, one column of panels per model. On top what each head writes
+    ({model: {bar: (head,)}}, e.g. the mean norm of what o_proj receives from it on each part of the input), with
+    `before` ({model: {bar: (head,)}}, the same before its gate; gated models only) as a dashed outline around each
+    bar: the gap is what the gate took away. Below, where it looks ({model: {bar: (head,)}}, attention shares from 0
+    to 1). Each bar is labelled with its value; the k-th bar of a row has the k-th colour in every panel (so the
+    k-th bars of the two rows can name the same part of the input)."""
+    before = before or {}
+    models = list(dict.fromkeys([*writes, *looks]))
+    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models) + 1.6, 6.4), squeeze=False, sharey="row",
+                             layout="constrained")
+    for i, row in enumerate((writes, looks)):
+        bars = list(dict.fromkeys(b for cols in row.values() for b in cols))
+        color = {b: BAR_COLORS[k % len(BAR_COLORS)] for k, b in enumerate(bars)}
+        for j, name in enumerate(models):
+            ax, cols = axes[i, j], row.get(name, {})
+            width = 0.84 / max(1, len(cols))
+            for k, (b, v) in enumerate(cols.items()):
+                v = torch.as_tensor(v, dtype=torch.float).flatten().cpu()
+                xs = [h + (k - (len(cols) - 1) / 2) * width for h in range(len(v))]
+                rects = ax.bar(xs, v.tolist(), width, color=color[b], label=b)
+                ax.bar_label(rects, fmt="%.2f", fontsize=7, padding=1)
+                if i == 0 and b in before.get(name, {}):
+                    ax.bar(xs, torch.as_tensor(before[name][b], dtype=torch.float).flatten().cpu().tolist(), width,
+                           fill=False, edgecolor="black", linestyle="--", linewidth=0.9, label="before the gate")
+            _integer_ticks(ax)
+            ax.set_xlabel("head" if i == 1 else "")
+            if i == 0:
+                ax.set_title(name, color=COLORS.get(name, "black"))
+                ax.margins(y=0.12)
+            else:
+                ax.set_ylim(0, 1.12)
+        axes[i, 0].set_ylabel(write_label if i == 0 else look_label)
+        shown = {label: h for a in axes[i] for h, label in zip(*a.get_legend_handles_labels(), strict=True)}
+        axes[i, -1].legend(shown.values(), shown.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title)
     return fig
 
@@ -348,3 +454,63 @@ def layer_ablation(results: dict, title: str = "One layer's gates forced open or
     ax.set_xticks(layers)
     _log_ticks(ax)
     return _finish(fig, ax)
+
+
+def cost_bars(costs: dict, predicted: dict | None = None, ylabel: str = "loss increase (nats per token)",
+              title: str = "What forbidding <bos> costs, with 95% intervals"):
+    """Paired costs as grouped bars with their intervals, one panel per setting, each on its own scale:
+    {panel: {model: {condition: (estimate, low, high)}}} (e.g. stats.bootstrap_ci of the per-chunk loss increase
+    when <bos> is forbidden in all layers or in one). Conditions across, one bar per model, coloured by the gate its
+    name contains (COLORS); the interval is the error bar. predicted {model: value}: a black diamond on that model's
+    bar of the first condition (a prediction written down before measuring)."""
+    fig, axes = plt.subplots(1, len(costs), figsize=(4.6 * len(costs) + 0.6, 4), squeeze=False)
+    for ax, (panel, models) in zip(axes[0], costs.items(), strict=True):
+        conditions = list(dict.fromkeys(c for by_cond in models.values() for c in by_cond))
+        width = 0.8 / max(len(models), 1)
+        for i, (name, by_cond) in enumerate(models.items()):
+            names = [c for c in conditions if c in by_cond]
+            est, low, high = ([float(by_cond[c][k]) for c in names] for k in range(3))
+            xs = [conditions.index(c) + (i - (len(models) - 1) / 2) * width for c in names]
+            color = next((c for key, c in COLORS.items() if key in name), f"C{i}")
+            err = [[e - lo for e, lo in zip(est, low, strict=True)], [hi - e for e, hi in zip(est, high, strict=True)]]
+            ax.bar(xs, est, width, yerr=err, capsize=3, error_kw=dict(lw=1), color=color, label=name)
+            if predicted and name in predicted and names and names[0] == conditions[0]:
+                ax.plot(xs[0], float(predicted[name]), "D", color="black", ms=6, zorder=3,
+                        label="predicted" if not ax.get_legend_handles_labels()[1].count("predicted") else None)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(range(len(conditions)), conditions)
+        ax.set(ylabel=ylabel, title=panel)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+VERDICT_COLORS = {"reproduced": "#4daf4a", "partly": "#ffd92f", "not at this scale": "#bdbdbd",
+                  "contradicted": "#e41a1c", "": "#ffffff"}
+
+
+def scorecard(entries: list, claims: dict, settings: list[str],
+              title: str = "The paper's claims, as the course measured them"):
+    """The scorecard (minigate.scorecard): one row per claim, one column per setting, each cell coloured by its verdict
+    and holding its numbers; the paper's own column is white."""
+    rows = [c for c in claims if any(e.claim == c for e in entries)]
+    fig, ax = plt.subplots(figsize=(2.3 * len(settings) + 3, 0.75 * len(rows) + 1.4))
+    for i, claim in enumerate(rows):
+        for j, setting in enumerate(settings):
+            e = next((e for e in entries if e.claim == claim and e.setting == setting), None)
+            color = VERDICT_COLORS[e.verdict] if e else "#f7f7f7"
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white", lw=2))
+            text = "\n".join(_wrap(e.value, 24)[:3]) if e else "-"
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=6.5)
+    ax.set(xlim=(0, len(settings)), ylim=(len(rows), 0), title=title)
+    ax.set_xticks([j + 0.5 for j in range(len(settings))], settings, fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_yticks([i + 0.5 for i in range(len(rows))], ["\n".join(_wrap(claims[c], 34)) for c in rows], fontsize=7)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=VERDICT_COLORS[v]) for v in VERDICT_COLORS if v]
+    ax.legend(handles, [v for v in VERDICT_COLORS if v], loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=4,
+              fontsize=8, frameon=False)
+    return _finish(fig)

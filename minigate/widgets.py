@@ -159,44 +159,57 @@ def _windows_for(models: dict, windows, n_tokens: int) -> tuple[int, int]:
 
 @torch.no_grad()
 def models_attention_explorer(models, windows: torch.Tensor, tokenizer=None, window: int = 0, layer: int = 0,
-                              head=0, n_tokens: int = 64, floor: float | None = 1e-3) -> Explorer:
-    """Several models' attention side by side, one layer and head (or the head average), on a held-out window.
+                              head=0, heads: dict | None = None, n_tokens: int = 64,
+                              floor: float | None = 1e-3) -> Explorer:
+    """Several models' attention side by side on a held-out window, each model on its own layer and head (or the
+    layer's head average): models trained separately do not number their heads alike.
 
     models: {name: model}, all with the same number of layers and heads (e.g. code-baseline, code-headwise and
     code-elementwise); windows: (window, pos) token ids, <bos> first (minigate.measure.prose_windows, or the lesson's
-    prose chunks). Controls: the window (an index into `windows`), the layer and the head. Each model runs on the
+    prose chunks). Controls: the window (an index into `windows`) and one dropdown per model, named after it, that
+    picks its layer and head ("L1 h3", or "L1 mean"). `heads` {name: (layer, head)} starts each model on its own
+    head (e.g. its strongest <bos> head); a model it leaves out starts on `layer`, `head`. Each model runs on the
     window's first `n_tokens` tokens (1, n_tokens), quick to redraw on a CPU; each panel is one model's pattern
     (query, key) drawn by plots.attention_maps, with a log colour scale from `floor` (None: linear) so a gated
-    model's small shares stay visible, and that panel's first-token share (its mean over queries) in its title;
-    the title gives uniform attention's share over as many tokens, to compare with. With a tokenizer it also quotes
-    the window's beginning (and labels the axes with tokens when n_tokens <= 24)."""
+    model's small shares stay visible, and that panel's layer, head and first-token share (its mean over queries) in
+    its title; the title gives uniform attention's share over as many tokens, to compare with. With a tokenizer it
+    also quotes the window's beginning (and labels the axes with tokens when n_tokens <= 24)."""
     models = _as_dict(models)
     n_layers, n_heads = _windows_for(models, windows, n_tokens)
     n = min(n_tokens, windows.shape[1], *(m.cfg.max_seq_len for m in models.values()))
+    heads = dict(heads or {})
+    unknown = [k for k in heads if k not in models]
+    if unknown or "window" in models:
+        raise ValueError(f"heads names {unknown} that are not among the models {list(models)}: pass heads keyed like "
+                         "models" if unknown else "a model is named 'window', the window control's name: rename it")
+    start = {label: heads.get(label, (layer, head)) for label in models}
     for what, value, allowed, fix in (
             ("window", window, range(windows.shape[0]), f"a window from 0 to {windows.shape[0] - 1}"),
-            ("layer", layer, range(n_layers), f"a layer from 0 to {n_layers - 1}"),
-            ("head", head, ["mean", *range(n_heads)], f"a head from 0 to {n_heads - 1}, or 'mean'")):
+            *((what, v, allowed, fix) for L, h in start.values() for what, v, allowed, fix in (
+                ("layer", L, range(n_layers), f"a layer from 0 to {n_layers - 1}"),
+                ("head", h, ["mean", *range(n_heads)], f"a head from 0 to {n_heads - 1}, or 'mean'")))):
         if value not in allowed or isinstance(value, bool):
             raise ValueError(f"{what}={value!r} is out of range: pass {fix}")
-    controls = {
-        "window": W.IntSlider(value=window, min=0, max=windows.shape[0] - 1, description="window",
-                              continuous_update=False),
-        "layer": W.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer"),
-        "head": W.Dropdown(options=["mean", *range(n_heads)], value=head, description="head"),
-    }
+    options = [(f"L{L} {'mean' if h == 'mean' else f'h{h}'}", (L, h)) for L in range(n_layers)
+               for h in (*range(n_heads), "mean")]
+    controls = {"window": W.IntSlider(value=window, min=0, max=windows.shape[0] - 1, description="window",
+                                      continuous_update=False)}
+    for label, (L, h) in start.items():
+        controls[label] = W.Dropdown(options=options, value=(L, h), description=label,
+                                     style={"description_width": "initial"}, layout=W.Layout(width="auto"))
     uniform = uniform_first_token_share(n)
 
-    def draw(window, layer, head):
+    def draw(window, **picks):
         ids = windows[window:window + 1, :n]
-        name = get_act_name("pattern", layer)
         maps = {}
         for label, m in models.items():
+            L, h = picks[label]
+            name = get_act_name("pattern", L)
             _, cache = m.run_with_cache(ids.to(next(m.parameters()).device), names_filter=name)
-            maps[label] = cache[name][0]  # (head, query, key)
-        which = "mean of heads" if head == "mean" else f"head {head}"
-        title = (f"Layer {layer}, {which}: window {window}, its first {n} tokens "
-                 f"(uniform attention: first-token share {uniform:.2f})")
+            p = cache[name][0]  # (head, query, key)
+            which = "mean of heads" if h == "mean" else f"head {h}"
+            maps[f"{label}\nlayer {L}, {which}"] = p.mean(0) if h == "mean" else p[h]
+        title = f"Window {window}, its first {n} tokens (uniform attention: first-token share {uniform:.2f})"
         labels = None
         if tokenizer is not None:
             ids_list = ids[0].tolist()
@@ -205,7 +218,7 @@ def models_attention_explorer(models, windows: torch.Tensor, tokenizer=None, win
             title += "\n" + repr(text[:70] + ("..." if len(text) > 70 else ""))
         width = 30 * min(len(models), 4) + 16  # characters the panels' width holds: fewer panels, more lines
         title = "\n".join(textwrap.fill(line, width) for line in title.splitlines())
-        return plots.attention_maps(maps, tokens=labels, head=head, title=title, floor=floor)
+        return plots.attention_maps(maps, tokens=labels, title=title, floor=floor)
 
     return Explorer("models attention explorer", controls, draw)
 

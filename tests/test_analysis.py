@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minigate import ModelConfig, Transformer
-from minigate.analysis import attention_sink, massive_activations, uniform_first_token_share
+from minigate.analysis import attention_sink, massive_activations, peak_to_median, uniform_first_token_share
 from minigate.data import PROMPT_TYPES, get_tokenizer, load_prompts
 from minigate.gates import compare_gates, gate_scores, gate_scores_by_type
 from minigate.stats import bootstrap_ci, quantile
@@ -80,6 +80,29 @@ def test_massive_activation_found_where_planted():
     assert a.max_abs[1] == 1000.0 and a.where[1].tolist() == [3, 7, 5]
     assert a.max_abs[0] < 100 and a.peak == pytest.approx(1000.0, abs=1.0)  # it rides the residual stream
     assert a.m_act == pytest.approx(a.max_abs.mean().item())
+
+
+def test_peak_to_median_is_each_layers_largest_magnitude_over_its_median():
+    """Sun et al.'s yardstick: a planted value 1000 times the layer's typical magnitude gives 1000, across batches;
+    a layer without one gives its own max / median over the whole residual stream."""
+    model = Transformer(ModelConfig(**TINY)).eval()
+    resid, calls = {}, []
+
+    def plant(x, hook):  # the last layer: every value 1 or -1, then one -1000 in the second batch of 2
+        x = torch.where(torch.arange(x.numel()).reshape(x.shape) % 2 == 0, 1.0, -1.0)
+        if len(calls) == 1:
+            x[1, 7, 5] = -1000.0
+        calls.append(1)
+        return x
+
+    with model.hooks([("blocks.2.hook_resid_post", plant)]):
+        ratio = peak_to_median(model, TOKENS, batch_size=2)
+    with model.hooks([(lambda n: n.endswith("hook_resid_post"), lambda x, hook: resid.setdefault(hook.layer, x))]):
+        model(TOKENS)
+    assert ratio.shape == (3,) and ratio[2].item() == pytest.approx(1000.0)
+    for layer in (0, 1):
+        a = resid[layer].abs()
+        assert ratio[layer].item() == pytest.approx((a.max() / a.median()).item(), rel=1e-5)
 
 
 def test_empty_tokens_is_a_clear_error():

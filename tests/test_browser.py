@@ -44,7 +44,8 @@ prose = chunks(encode(load_documents("wikitext-2")[1], tok.tok), n_chunks=16, ch
 EXPLORERS = {  # as lessons 01, 04, 05 and 06 build them; the control the test changes
     "attention": ('widgets.attention_explorer({"copy-baseline": copy["baseline"]}, ctok, ctok.decode(rows[0, 1:64]), '
                   'layer=0, head=3)', "head"),
-    "models_attention": ("widgets.models_attention_explorer(code, prose, tok, layer=0, head=2)", "head"),
+    "models_attention": ("widgets.models_attention_explorer(code, prose, tok, heads={'code-baseline': (0, 2), "
+                         "'code-headwise': (1, 1), 'code-elementwise': (3, 0)})", "code-baseline"),
     "gate": ('widgets.gate_explorer(text, get_tokenizer(), "def add(a, b):\\n    return a + b  # The capital of '
              'France is Paris.")', "head"),
     "clamp": ('widgets.clamp_explorer({n: copy[n] for n in ("headwise", "elementwise")}, ctok, rows[:16], '

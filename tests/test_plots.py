@@ -48,6 +48,47 @@ def test_first_token_share_and_massive_activation_figures():
     assert fig.axes[0].get_yscale() == "log"
 
 
+def test_residual_map_shows_each_value_as_a_multiple_of_its_panels_median():
+    """Lesson 04's position x dimension map: |value| / median per panel on one shared log scale from 1, the peak ringed
+    and its multiple and place in the title."""
+    base = torch.ones(6, 10)
+    base[::2] = -1.0
+    base[0, 7] = -40.0
+    gated = torch.full((6, 10), 2.0)
+    gated[4, 3] = 20.0
+    fig = plots.residual_map({"baseline": base, "gated": gated})
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert [ax.get_title() for ax in panels] == [
+        "baseline: peak 40x the median |value|, at position 0, dimension 7",
+        "gated: peak 10x the median |value|, at position 4, dimension 3"]
+    images = [ax.get_images()[0] for ax in panels]
+    assert images[0].get_array()[0, 7] == pytest.approx(40.0) and images[1].get_array()[0, 0] == pytest.approx(1.0)
+    assert all(isinstance(im.norm, LogNorm) and (im.norm.vmin, im.norm.vmax) == (1, pytest.approx(40.0))
+               for im in images)
+    assert [tuple(c.get_offsets()[0]) for ax in panels for c in ax.collections] == [(7, 0), (3, 4)]  # the rings
+    assert panels[-1].get_xlabel() == "dimension of the residual stream"
+
+
+def test_first_token_excess_map_one_panel_per_model_on_one_scale_centred_on_zero():
+    """Lesson 07's (layer x head) excess: each panel shows its model's values, the heads above the threshold boxed and
+    counted; small models print every value, large ones (1B: 28 x 16) none."""
+    small = {"baseline": torch.tensor([[0.25, 0.01], [-0.02, 0.06]]),
+             "headwise": torch.tensor([[0.0, 0.1], [0.0, 0.0]])}
+    fig = plots.first_token_excess_map(small, threshold=0.05)
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert len(panels) == 2
+    assert [ax.get_title() for ax in panels] == ["baseline\n2 heads above 0.05", "headwise\n1 head above 0.05"]
+    image = panels[0].get_images()[0]
+    assert torch.allclose(torch.tensor(image.get_array().data), small["baseline"])
+    assert (image.norm.vmin, image.norm.vmax) == (pytest.approx(-0.25), pytest.approx(0.25))  # shared, centred
+    assert panels[1].get_images()[0].norm.vmax == pytest.approx(0.25)
+    assert sorted(t.get_text() for t in panels[0].texts) == ["-0.02", "0.01", "0.06", "0.25"]
+    assert len(panels[0].patches) == 2 and len(panels[1].patches) == 1  # the boxed heads
+    assert _whole_ticks(panels[0], "x") and _whole_ticks(panels[0], "y")
+    big = plots.first_token_excess_map({"1B": torch.rand(28, 16, generator=torch.Generator().manual_seed(0))})
+    assert not big.axes[0].texts and big.axes[0].get_title() == "1B"  # no threshold: nothing boxed or counted
+
+
 def test_attention_maps_one_panel_per_pattern():
     _, cache = models()["baseline"].run_with_cache(TOKENS[:1], names_filter=lambda n: n.endswith("hook_pattern"))
     patterns = {f"layer {L}": cache[f"blocks.{L}.attn.hook_pattern"][0] for L in range(2)}
@@ -156,6 +197,36 @@ def test_ablation_figures():
     assert _whole_ticks(fig.axes[0])
 
 
+def test_cost_bars_one_panel_per_setting_with_intervals():
+    """The forbid-<bos> costs of lesson 06: a panel per setting, a bar per model and condition at its estimate, the
+    error bar spanning its interval, coloured by the gate the model's name contains."""
+    from minigate.stats import bootstrap_ci
+
+    diffs = torch.randn(16, generator=torch.Generator().manual_seed(0)) * 0.1 + 0.5
+    costs = {"copy models": {"copy-baseline": {"all layers": (10.8, 10.7, 11.0), "L0": (10.9, 10.8, 11.0)},
+                             "copy-headwise": {"all layers": (7.3, 6.9, 7.8), "L0": (9.6, 9.4, 9.8)}},
+             "code models": {"code-elementwise": {"all layers": bootstrap_ci(diffs), "L3": (0.05, 0.03, 0.07)}}}
+    fig = plots.cost_bars(costs)
+    copy, code = fig.axes
+    assert [copy.get_title(), code.get_title()] == ["copy models", "code models"]
+    assert [t.get_text() for t in copy.get_xticklabels()] == ["all layers", "L0"]
+    bars = copy.patches
+    assert [round(b.get_height(), 3) for b in bars] == [10.8, 10.9, 7.3, 9.6]
+    assert bars[0].get_facecolor() == matplotlib.colors.to_rgba(plots.COLORS["baseline"])
+    assert bars[2].get_facecolor() == matplotlib.colors.to_rgba(plots.COLORS["headwise"])
+    caps = [seg for coll in copy.collections for seg in coll.get_segments()]  # the error bars, one segment each
+    assert sorted(round(float(seg[0][1]), 3) for seg in caps) == [6.9, 9.4, 10.7, 10.8]
+    assert sorted(round(float(seg[1][1]), 3) for seg in caps) == [7.8, 9.8, 11.0, 11.0]
+    ci = bootstrap_ci(diffs)
+    assert code.patches[0].get_height() == pytest.approx(ci.estimate.item())
+    assert code.patches[0].get_facecolor() == matplotlib.colors.to_rgba(plots.COLORS["elementwise"])
+    assert "nats" in copy.get_ylabel()
+    fig = plots.cost_bars(costs, predicted={"copy-baseline": 4.0, "copy-headwise": 0.5})
+    marks = [line for line in fig.axes[0].get_lines() if line.get_marker() == "D"]  # one per predicted model
+    assert [(round(float(m.get_xdata()[0]), 3), float(m.get_ydata()[0])) for m in marks] == [(-0.2, 4.0), (0.2, 0.5)]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()].count("predicted") == 1
+    assert not [line for line in fig.axes[1].get_lines() if line.get_marker() == "D"]
+
 def test_log_axes_have_plain_readable_ticks():
     """Perplexity and M-Act axes: plain numbers (150, not 1.5x10^2), several labels even within one decade."""
     from types import SimpleNamespace
@@ -171,6 +242,31 @@ def test_log_axes_have_plain_readable_ticks():
     assert len(labels) >= 3 and all(label.replace(",", "").isdigit() for label in labels), labels
     assert plots._plain(150) == "150" and plots._plain(2000) == "2,000" and plots._plain(3e7) == "3e+07"
     plt.close(fig)
+
+
+def test_head_writes_and_looks_draws_bars_outlines_and_shares():
+    """Lesson 02's closed gate: per head, what it writes on each part (the gate's input as an outline, gated
+    models only) and where it looks; the k-th bar of a row has one colour in every panel."""
+    writes = {"baseline": {"random": torch.tensor([3.0, 5.7]), "copy": torch.tensor([3.3, 1.9])},
+              "headwise": {"random": torch.tensor([4.3, 0.01]), "copy": torch.tensor([1.0, 4.4])}}
+    before = {"headwise": {"random": torch.tensor([5.0, 4.4]), "copy": torch.tensor([4.3, 4.6])}}
+    looks = {"baseline": {"<bos>": torch.tensor([0.06, 0.94]), "source": torch.tensor([0.96, 0.01])},
+             "headwise": {"<bos>": torch.tensor([0.92, 0.03]), "source": torch.tensor([0.04, 0.94])}}
+    fig = plots.head_writes_and_looks(writes, looks, before, title="Layer 0")
+    wb, wh, lb, lh = fig.axes[:4]  # writes, then looks; one column per model
+    assert [ax.get_title() for ax in (wb, wh)] == ["baseline", "headwise"]
+    filled = lambda ax: sorted(round(p.get_height(), 2) for p in ax.patches if p.get_fill())
+    outlines = lambda ax: sorted(round(p.get_height(), 2) for p in ax.patches if not p.get_fill())
+    assert filled(wb) == [1.9, 3.0, 3.3, 5.7] and outlines(wb) == []  # no gate, no outline
+    assert filled(wh) == [0.01, 1.0, 4.3, 4.4] and outlines(wh) == [4.3, 4.4, 4.6, 5.0]
+    assert filled(lh) == [0.03, 0.04, 0.92, 0.94] and lb.get_ylim()[0] == 0 and lh.get_ylim()[1] < 1.2
+    assert "0.01" in [t.get_text() for t in wh.texts]  # every bar is labelled with its value
+    colors = lambda ax: {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers if c.patches[0].get_fill()}
+    assert colors(wb) == colors(wh) and colors(lb) == colors(lh)
+    assert [c.get_label() for c in wh.containers] == ["random", "before the gate", "copy", "before the gate"]
+    legends = [t.get_text() for ax in (wh, lh) for t in ax.get_legend().get_texts()]
+    assert legends == ["random", "copy", "before the gate", "<bos>", "source"]
+    assert lh.get_xlabel() == "head" and _whole_ticks(lh) and fig.get_suptitle() == "Layer 0"
 
 
 def test_head_table_prints_every_number_and_leaves_missing_columns_blank():
@@ -197,3 +293,24 @@ def test_head_table_on_a_log_scale_spans_the_numbers_and_formats_them():
     assert type(norm).__name__ == "LogNorm" and (norm.vmin, norm.vmax) == (8.0, pytest.approx(3.7e7))
     assert {t.get_text() for t in b.texts} == {"8", "89.6", "200"}  # the NaN is blank
     plt.close(fig)
+
+
+def test_scorecard_grid_colours_each_cell_by_its_verdict():
+    from minigate.scorecard import CLAIMS, Entry
+
+    entries = [Entry("f_attn", "paper", "0.467 -> 0.048", ""), Entry("f_attn", "code", "2.0x", "partly"),
+               Entry("m_act", "code", "77 -> 32", "contradicted"), Entry("m_act", "copy", "11.7x", "reproduced")]
+    fig = plots.scorecard(entries, CLAIMS, ["paper", "code", "copy"])
+    ax = fig.axes[0]
+    colours = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches}
+    to_rgba = matplotlib.colors.to_rgba
+    assert colours[1, 0] == to_rgba(plots.VERDICT_COLORS["partly"])        # f_attn row, code column
+    assert colours[1, 1] == to_rgba(plots.VERDICT_COLORS["contradicted"])  # m_act row, code column
+    assert colours[2, 1] == to_rgba(plots.VERDICT_COLORS["reproduced"])
+    assert colours[0, 0] == to_rgba("white") and colours[2, 0] != colours[0, 0]  # the paper's claim; a missing cell
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["paper", "code", "copy"]
+    assert len(ax.get_yticklabels()) == 2  # only the claims with entries
+    texts = [t.get_text() for t in ax.texts]
+    assert "77 -> 32" in texts and "2.0x" in texts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["reproduced", "partly", "not at this scale",
+                                                                    "contradicted"]

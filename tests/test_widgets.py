@@ -109,27 +109,30 @@ def windows(setup):
 
 def test_models_attention_explorer_shows_every_model_side_by_side_and_redraws(setup, windows):
     models, tok = setup
-    ex = widgets.models_attention_explorer(models, windows, tok, layer=1, head=2)
+    ex = widgets.models_attention_explorer(models, windows, tok, layer=1, head=2, heads={"headwise": (0, 3)})
     c = ex.controls
-    assert list(c) == ["window", "layer", "head"]
-    assert (c["window"].min, c["window"].max, c["layer"].min, c["layer"].max) == (0, 2, 0, 1)
-    assert list(c["head"].options) == ["mean", 0, 1, 2, 3] and (c["layer"].value, c["head"].value) == (1, 2)
+    assert list(c) == ["window", "baseline", "headwise"]  # the window, then one layer-and-head choice per model
+    assert (c["window"].min, c["window"].max) == (0, 2)
+    assert [label for label, _ in c["baseline"].options] == [f"L{L} {h}" for L in range(2)
+                                                              for h in ("h0", "h1", "h2", "h3", "mean")]
+    assert (c["baseline"].value, c["headwise"].value) == ((1, 2), (0, 3))  # each model starts on its own head
     fig = ex.draw(**ex.values)  # one panel per model, the window's first 40 tokens (all it has), share in the title
     panels = [ax for ax in fig.axes if ax.images and ax.get_title()]
-    assert [ax.get_title().splitlines()[0] for ax in panels] == ["baseline", "headwise"]
+    assert [ax.get_title().splitlines()[:2] for ax in panels] == [["baseline", "layer 1, head 2"],
+                                                                  ["headwise", "layer 0, head 3"]]
     assert all(ax.images[0].get_array().shape == (40, 40) for ax in panels)
     assert all("first-token share" in ax.get_title() for ax in panels)
     title = fig._suptitle.get_text()
-    assert title.startswith("Layer 1, head 2: window 0, its first 40 tokens (uniform attention: ")
+    assert title.startswith("Window 0, its first 40 tokens (uniform attention: ")
     plt.close(fig)
     pictures = [bytes(ex.image.value)]
-    for control, value in (("window", 2), ("layer", 0), ("head", "mean")):
+    for control, value in (("window", 2), ("baseline", (0, 1)), ("headwise", (1, "mean"))):
         c[control].value = value
         pictures.append(bytes(ex.image.value))
         assert pictures[-1].startswith(PNG) and pictures[-1] != pictures[-2], f"no redraw after {control} changed"
     assert ex.status.value == ""
     bundle, metadata = ex._repr_mimebundle_()
-    assert bundle["text/plain"] == "<models attention explorer: window=2, layer=0, head='mean'>"
+    assert bundle["text/plain"] == "<models attention explorer: window=2, baseline=(0, 1), headwise=(1, 'mean')>"
     assert metadata == {"image/png": {"width": widgets.display_width(pictures[-1])}}
     assert ex.image.layout.width == f"{widgets.display_width(pictures[-1])}px"
 
@@ -154,6 +157,9 @@ def test_models_attention_explorer_draws_the_pattern_the_model_computes(setup, w
     (dict(window=3), "pass a window from 0 to 2"),
     (dict(layer=2), "pass a layer from 0 to 1"),
     (dict(head=4), "pass a head from 0 to 3, or 'mean'"),
+    (dict(heads={"headwise": (2, 0)}), "pass a layer from 0 to 1"),
+    (dict(heads={"headwise": (0, 5)}), "pass a head from 0 to 3, or 'mean'"),
+    (dict(heads={"gated": (0, 1)}), "pass heads keyed like models"),
     (dict(n_tokens=0), "pass e.g. n_tokens=64"),
     (dict(models={}), "no models given"),
     (dict(models="other shape"), "pass models of one shape"),

@@ -150,9 +150,11 @@ OTHER_WRONG_ANSWERS = [
     ("locate_massive", "values only", lambda c, n: l4._locate_massive(c, n)[0], "2 outputs"),
     ("locate_massive", "dimension off by one",
      lambda c, n: (l4._locate_massive(c, n)[0], l4._locate_massive(c, n)[1] + torch.tensor([0, 0, 1])), None),
-    ("f_attn_m_act", "m_act off by 1%", lambda c, n: (l4._f_attn_m_act(c, n)[0], l4._f_attn_m_act(c, n)[1] * 1.01),
-     "output 1: max |difference|"),
-    ("bos_share_by_part", "transposed", lambda p, n: l4._bos_share_by_part(p, n).T, "expected shape"),
+    ("bos_share_by_part", "parts and heads swapped", lambda c, L, n: l4._bos_share_by_part(c, L, n).transpose(1, 2),
+     "expected shape"),
+    ("bos_share_by_part", "the last layer only", lambda c, L, n: l4._bos_share_by_part(c, L, n)[-1], "expected shape"),
+    ("bos_share_by_part", "copy part off by 1%", lambda c, L, n: l4._bos_share_by_part(c, L, n) * torch.tensor(
+        [1.0, 1.0, 1.01])[:, None], "max |difference|"),
     ("gate_by_phase", "a filter that drops the gate",
      lambda m, t, L, n: m.run_with_cache(t, names_filter=lambda x: "pattern" in x)[1][f"blocks.{L}.attn.hook_gate"],
      "names_filter"),
@@ -163,6 +165,13 @@ OTHER_WRONG_ANSWERS = [
     ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
     ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],
      "list of (hook name, hook function) pairs"),
+    ("predict_bos_cost", "a tensor of three", lambda: torch.tensor([4.0, 0.5, 0.5]), "a list does not say"),
+    ("predict_bos_cost", "a sentence", lambda: "the gated models pay less", "return a dict"),
+    ("predict_bos_cost", "bools", lambda: {"baseline": 4.0, "headwise": True, "elementwise": False},
+     "'headwise' is a bool"),
+    ("predict_bos_cost", "the code models too",
+     lambda: {"baseline": 4.0, "headwise": 0.5, "elementwise": 0.5, "code-baseline": 0.1}, "nothing else"),
+    ("predict_bos_cost", "one ratio for the gated models", lambda: {"gated / baseline": 0.1}, "has no 'baseline'"),
     ("first_token_excess", "from token 0, with the package's uniform share",
      lambda p: p[..., 0, :].mean((0, 2)) - uniform_first_token_share(p.shape[-2]), "*to* key 0"),
     ("first_token_excess", "1/i from query 0: infinite",
@@ -327,10 +336,10 @@ def test_generic_hint_names_nans():
     assert "NaNs at index [1]" in hint
 
 
-def test_f_attn_m_act_blames_the_wrong_output(capsys):
-    wrong = lambda c, n: (l4._f_attn_m_act(c, n)[0], l4._f_attn_m_act(c, n)[1] + 1)
-    with pytest.raises(AssertionError, match="output 1: max |difference|"):
-        checks.f_attn_m_act(wrong)
+def test_locate_massive_blames_the_wrong_output(capsys):
+    wrong = lambda c, n: (l4._locate_massive(c, n)[0] + 1, l4._locate_massive(c, n)[1])
+    with pytest.raises(AssertionError, match="output 0: max |difference|"):
+        checks.locate_massive(wrong)
 
 
 def test_prediction_spread_reference_is_the_mean_kl_to_the_mean_prediction():

@@ -17,7 +17,7 @@ REFERENCES = {
     checks.g1_gate: checks.reference_g1_gate,
     checks.nonlinear_share: checks.reference_nonlinear_share,
     checks.split_q_proj: checks.reference_split_q_proj,
-    checks.f_attn_m_act: checks.reference_f_attn_m_act,
+    checks.bos_share_by_part: checks.reference_bos_share_by_part,
     checks.first_token_excess: checks.reference_first_token_excess,
 }
 
@@ -95,19 +95,23 @@ def test_gate_only_param_count_is_what_the_gate_adds(granularity):
         == 2 * 48 * rows
 
 
-def test_f_attn_m_act_reference_matches_analysis():
+def test_bos_share_by_part_gives_f_attn_and_locate_massive_m_act_as_the_package_does():
+    """Lesson 04: F-Attn is the mean of bos_share_by_part's row 0, M-Act the mean of locate_massive's values."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8,
                                     d_ff=48)).eval()
     tokens = torch.randint(0, 50, (4, 9))
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens)
-    f_attn, m_act = checks.reference_f_attn_m_act(cache, 3)
-    assert f_attn == pytest.approx(attention_sink(model, tokens).f_attn, rel=1e-5)
-    assert m_act == pytest.approx(massive_activations(model, tokens).m_act, rel=1e-5)
+    shares = checks.reference_bos_share_by_part(cache, 3, 4)
+    assert shares.shape == (3, 3, 4)
+    sink = attention_sink(model, tokens)
+    assert torch.allclose(shares[:, 0], sink.share, atol=1e-6)
+    assert shares[:, 0].mean().item() == pytest.approx(sink.f_attn, rel=1e-5)
     values, where = checks.reference_locate_massive(cache, 3)  # the same places as the package finds
     acts = massive_activations(model, tokens)
     assert torch.allclose(values, acts.max_abs, rtol=1e-5) and torch.equal(where, acts.where)
+    assert values.mean().item() == pytest.approx(acts.m_act, rel=1e-5)
 
 
 def test_a_not_implemented_error_from_a_library_is_a_failed_case_not_a_stub(capsys):

@@ -119,10 +119,10 @@ def test_a_deleted_check_cell_fails():
 
 def test_notebooks_of_different_lessons_graded_together_are_scored_on_their_own_lesson():
     results = {"01_x.ipynb": {"causal_attention": ("passed", "")},
-               "01_y.ipynb": {"attention_with_null": ("passed", "")}, "04_z.ipynb": {"f_attn_m_act": ("passed", "")}}
+               "01_y.ipynb": {"attention_with_null": ("passed", "")}, "04_z.ipynb": {"locate_massive": ("passed", "")}}
     done = grade.complete(results, {"01_x.ipynb": "01", "01_y.ipynb": "01", "04_z.ipynb": "04"})
     assert list(done["01_x.ipynb"]) == ["causal_attention", "attention_with_null"]  # from its fellow lesson 01
-    assert list(done["04_z.ipynb"]) == ["f_attn_m_act"]  # not lesson 01's exercises
+    assert list(done["04_z.ipynb"]) == ["locate_massive"]  # not lesson 01's exercises
     totals = grade.table(done).splitlines()[-1].split()
     assert totals == ["total", "1/2", "passed", "1/2", "passed", "1/1", "passed"]
 
@@ -185,9 +185,9 @@ def test_a_check_cell_deleted_from_a_notebook_graded_alone_fails(tmp_path, capsy
     ("Copy of 04_sinks_and_massive_activations.ipynb", [], "04"),
     ("submitted/alice/lesson03/anything.ipynb", [], "03"),
     ("alice.ipynb", [], None),
-    ("alice.ipynb", ["f_attn_m_act"], "04"),  # what the notebook checks decides
-    ("02_renamed.ipynb", ["f_attn_m_act"], "04"),
-    ("alice.ipynb", ["f_attn_m_act", "g1_gate"], None),  # exercises of two lessons
+    ("alice.ipynb", ["locate_massive"], "04"),  # what the notebook checks decides
+    ("02_renamed.ipynb", ["locate_massive"], "04"),
+    ("alice.ipynb", ["locate_massive", "g1_gate"], None),  # exercises of two lessons
     ("99_other.ipynb", [], None),
 ])
 def test_the_lesson_of_a_notebook(path, exercises, lesson):

@@ -1,6 +1,7 @@
-"""Lesson 06's checks, gate_override and forbid_bos: the reference passes, shape errors and a lone pair name the fix, a
-stub falls back to the reference; and the references agree with plain computations on a shipped model. That each
-typical mistake earns its hint is tests/test_check_mutations.py's, for every check."""
+"""Lesson 06's checks, gate_override, predict_bos_cost and forbid_bos: the reference passes, shape errors and a lone
+pair name the fix, any well-formed prediction passes, a stub falls back to the reference; and the references agree
+with plain computations on a shipped model. That each typical mistake earns its hint is
+tests/test_check_mutations.py's, for every check."""
 
 import pytest
 import torch
@@ -50,8 +51,23 @@ def test_stubs_fall_back_to_the_references(capsys):
         raise NotImplementedError()
     assert checks.gate_override(stub) is checks.reference_gate_override
     assert checks.forbid_bos(stub) is checks.reference_forbid_bos
+    assert checks.predict_bos_cost(stub) is checks.reference_predict_bos_cost
     out = capsys.readouterr().out
     assert "gate_override not implemented yet" in out and "forbid_bos not implemented yet" in out
+    assert "predict_bos_cost not implemented yet" in out
+
+
+def test_predict_bos_cost_passes_any_well_formed_prediction(capsys):
+    """A prediction has no right answer: the reference (the paper's story) and any other finite, non-negative
+    number of nats per copy model pass, as ints, floats or one-element tensors, in any key order."""
+    story = checks.reference_predict_bos_cost()
+    assert set(story) == {"baseline", "headwise", "elementwise"}
+    assert story["headwise"] < story["baseline"] / 2 and story["elementwise"] < story["baseline"] / 2  # gated: less
+    for prediction in (story, {"elementwise": 12, "headwise": 7, "baseline": 10},
+                       {"baseline": torch.tensor(3.0), "headwise": 0.0, "elementwise": torch.tensor([2.5])}):
+        fn = lambda p=prediction: p
+        assert checks.predict_bos_cost(fn) is fn
+    assert capsys.readouterr().out.count("✓ predict_bos_cost: passed (1 case)") == 3
 
 
 def test_closing_the_copy_head_with_the_reference_zeroes_its_output():

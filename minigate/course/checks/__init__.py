@@ -14,10 +14,11 @@ from .lesson01 import attention_with_null, causal_attention, reference_attention
 from .lesson02 import (g1_gate, head_output_by_part, nonlinear_share, reference_g1_gate, reference_head_output_by_part,
                        reference_nonlinear_share, reference_split_q_proj, split_q_proj)
 from .lesson03 import bos_tracker, reference_bos_tracker
-from .lesson04 import (bos_noop_test, bos_share_by_part, f_attn_m_act, locate_massive, reference_bos_noop_test,
-                       reference_bos_share_by_part, reference_f_attn_m_act, reference_locate_massive)
+from .lesson04 import (bos_noop_test, bos_share_by_part, locate_massive, reference_bos_noop_test,
+                       reference_bos_share_by_part, reference_locate_massive)
 from .lesson05 import first_rest_ratio, gate_by_phase, reference_first_rest_ratio, reference_gate_by_phase
-from .lesson06 import forbid_bos, gate_override, reference_forbid_bos, reference_gate_override
+from .lesson06 import (forbid_bos, gate_override, predict_bos_cost, reference_forbid_bos, reference_gate_override,
+                       reference_predict_bos_cost)
 from .lesson07 import first_token_excess, reference_first_token_excess
 from .lesson08 import (prediction_spread, qwen3_next_q_proj, reference_prediction_spread,
                        reference_qwen3_next_q_proj)
@@ -31,16 +32,16 @@ __all__ = [
     "EXERCISES", "GRADING_ENV", "LESSONS", "MISTAKES", "NOT_ATTEMPTED_RE", "PASSED_RE", "Mismatch", "check",
     "grading", "not_attempted_message", "not_implemented_notice",
     "causal_attention", "attention_with_null", "g1_gate", "head_output_by_part", "split_q_proj", "nonlinear_share",
-    "bos_tracker", "locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part",
+    "bos_tracker", "locate_massive", "bos_noop_test", "bos_share_by_part",
     "gate_by_phase",
     "first_rest_ratio",
-    "gate_override", "forbid_bos", "first_token_excess", "prediction_spread", "qwen3_next_q_proj",
+    "gate_override", "predict_bos_cost", "forbid_bos", "first_token_excess", "prediction_spread", "qwen3_next_q_proj",
     "reference_attention_with_null", "reference_bos_noop_test", "reference_bos_share_by_part",
     "reference_causal_attention",
-    "reference_f_attn_m_act", "reference_first_rest_ratio", "reference_first_token_excess", "reference_forbid_bos",
+    "reference_first_rest_ratio", "reference_first_token_excess", "reference_forbid_bos",
     "reference_g1_gate", "reference_gate_override",
     "reference_head_output_by_part", "reference_nonlinear_share", "reference_locate_massive",
-    "reference_prediction_spread",
+    "reference_prediction_spread", "reference_predict_bos_cost",
     "reference_qwen3_next_q_proj", "reference_gate_by_phase", "reference_bos_tracker",
     "reference_split_q_proj",
 ]

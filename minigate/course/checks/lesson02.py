@@ -1,5 +1,5 @@
-"""Lesson 02's checks: the G1 gate, what a head writes where its gate closes, where the gate hides in q_proj, and how
-much of a head's output no linear map of its mixed input explains."""
+"""Lesson 02's checks: the G1 gate, what a head writes where its gate closes, how much of a head's output no linear
+map of its mixed input explains, and where the gate hides in q_proj."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from einops import einsum, rearrange
 
 from .engine import Mistake, check, randn
 
-EXERCISES = ("g1_gate", "head_output_by_part", "split_q_proj", "nonlinear_share")  # check cells, in lesson order
+EXERCISES = ("g1_gate", "head_output_by_part", "nonlinear_share", "split_q_proj")  # check cells, in lesson order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── the G1 gate ────────────────────────────────────────────────────────────────────────────────────

@@ -1,5 +1,5 @@
-"""Lesson 04's checks: where the massive activation sits, whether a <bos>-attending head is a no-op, F-Attn and M-Act
-from a cache, and where a head parks its attention, part by part."""
+"""Lesson 04's checks: where the massive activation sits, whether a <bos>-attending head is a no-op, and where each
+head parks its attention, part by part (from which F-Attn follows)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from .engine import Mistake, check, randn
 from .lesson02 import _copy_parts  # the random part and the copy part of copy-task rows
 
-EXERCISES = ("locate_massive", "bos_noop_test", "f_attn_m_act", "bos_share_by_part")  # check cells, in lesson order
+EXERCISES = ("locate_massive", "bos_noop_test", "bos_share_by_part")  # check cells, in lesson order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 # ── where the massive activation sits ─────────────────────────────────────────────────────
@@ -72,79 +72,37 @@ def locate_massive(fn: Callable) -> Callable:
                  rtol=1e-5)
 
 
-# ── F-Attn and M-Act from a cache ─────────────────────────────────────────────────────────
+# ── where each head parks its attention, part by part; F-Attn follows ────────────────────
 
-def reference_f_attn_m_act(cache, n_layers):
-    """F-Attn: mean attention on key 0 over prompts, query positions and heads per layer, then over layers.
-    M-Act: max |residual stream| after each layer (hook_resid_post), averaged over layers.
-    The same definitions as minigate.analysis.attention_sink(...).f_attn and massive_activations(...).m_act."""
-    return _f_attn_m_act(cache, n_layers)
+def reference_bos_share_by_part(cache, n_layers, n_random):
+    """cache with blocks.{L}.attn.hook_pattern (batch, head, query, key) of copy-task rows -> (layer, 3, head): each
+    head's mean attention on key 0 (<bos>), averaged over the batch and over every query (row 0, query 0 included:
+    the share F-Attn averages, so F-Attn = out[:, 0].mean(), as minigate.analysis.attention_sink(...).f_attn), over
+    the random part's queries 1..n_random (row 1) and over the copy part's queries n_random+1.. (row 2)."""
+    return _bos_share_by_part(cache, n_layers, n_random)
 
 
-def _f_attn_m_act(cache, n_layers, first_query=0, key_axis=True, layer_stat="mean", absolute=True, act_stat="max"):
-    shares, acts = [], []
+def _bos_share_by_part(cache, n_layers, n_random, first=0, start=1, split=0, to_key=True, head_mean=False,
+                       whole="queries"):
+    out = []
     for layer in range(n_layers):
-        p = cache[f"blocks.{layer}.attn.hook_pattern"].double()  # (batch, head, query, key)
-        shares.append((p[..., first_query:, 0] if key_axis else p[..., 0, :]).mean())
-        r = cache[f"blocks.{layer}.hook_resid_post"].double()  # (batch, pos, d_model)
-        r = r.abs() if absolute else r
-        acts.append(r.max() if act_stat == "max" else r.mean())
-    acts = torch.stack(acts)
-    return torch.stack(shares).mean().item(), (acts.mean() if layer_stat == "mean" else acts.max()).item()
-
-
-def _cache_case(seed: int, gate: str):
-    from ... import ModelConfig, Transformer
-
-    torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate=gate)
-    model = Transformer(cfg).eval()
-    tokens = torch.randint(0, 50, (3, 10), generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        _, cache = model.run_with_cache(
-            tokens, names_filter=lambda n: n.endswith("hook_pattern") or n.endswith("hook_resid_post"))
-    return cache
-
-
-MISTAKES["f_attn_m_act"] = [
-    ("query 0 left out", partial(_f_attn_m_act, first_query=1),
-     "F-Attn averages over every query position, query 0 included (it always puts all its mass on key 0)"),
-    ("from key 0", partial(_f_attn_m_act, key_axis=False),
-     "that is the attention *from* token 0; F-Attn is the attention *to* key 0: pattern[..., 0] (last axis)"),
-    ("max over layers", partial(_f_attn_m_act, layer_stat="max"),
-     "M-Act is the per-layer maximum averaged over layers, not the maximum over layers"),
-    ("no abs", partial(_f_attn_m_act, absolute=False),
-     "M-Act takes absolute values: massive activations are often large and negative"),
-    ("swapped", lambda c, n: _f_attn_m_act(c, n)[::-1], "return (f_attn, m_act) in that order"),
-    ("mean activation", partial(_f_attn_m_act, act_stat="mean"),
-     "M-Act is the *largest* |activation| of each layer (max over batch, positions and channels), not the mean"),
-]
-
-
-def f_attn_m_act(fn: Callable) -> Callable:
-    """fn(cache from run_with_cache, n_layers) -> (f_attn, m_act) as floats."""
-    cases = [(f"tiny {gate} model", (_cache_case(i, gate), 3)) for i, gate in enumerate(["none", "G1"])]
-    return check("f_attn_m_act", fn, reference_f_attn_m_act, cases, MISTAKES["f_attn_m_act"], atol=1e-6, rtol=1e-5)
-
-
-# ── where a head parks its attention, part by part ───────────────────────────────────────
-
-def reference_bos_share_by_part(pattern, n_random):
-    """pattern (batch, head, query, key) of copy-task rows -> (2, head): mean attention on key 0 (<bos>)
-    over the random-part queries 1..n_random (row 0) and over the copy-part queries n_random+1.. (row 1)."""
-    return _bos_share_by_part(pattern, n_random)
-
-
-def _bos_share_by_part(pattern, n_random, start=1, split=0, to_key=True, head_mean=False):
-    p = pattern[..., 0] if to_key else pattern[..., 0, :]  # (batch, head, query)
-    rand, copy = _copy_parts(p, n_random, dim=-1, start=start, split=split)
-    out = torch.stack([rand.mean((0, 2)), copy.mean((0, 2))])  # (2, head)
-    return out.mean(1, keepdim=True).expand_as(out) if head_mean else out
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"].double()  # (batch, head, query, key)
+        p = pattern[..., 0] if to_key else pattern[..., 0, :]  # (batch, head, query)
+        rand, copy = _copy_parts(p, n_random, dim=-1, start=start, split=split)
+        rand, copy = rand.mean((0, 2)), copy.mean((0, 2))  # (head,) each
+        every = p[..., first:].mean((0, 2)) if whole == "queries" else (rand + copy) / 2
+        out.append(torch.stack([every, rand, copy]))  # (3, head)
+    out = torch.stack(out).float()  # (layer, 3, head)
+    return out.mean(2, keepdim=True).expand_as(out) if head_mean else out
 
 
 MISTAKES["bos_share_by_part"] = [
-    ("query 0 in", partial(_bos_share_by_part, start=0),
-     "leave out query 0: <bos> can only attend to itself, so it always puts 1.0 on key 0"),
+    ("query 0 left out of row 0", partial(_bos_share_by_part, first=1),
+     "row 0 averages over every query, query 0 included, as F-Attn does (query 0 always puts 1.0 on key 0)"),
+    ("row 0 from the two parts", partial(_bos_share_by_part, whole="parts"),
+     "row 0 is the mean over every query (query 0 included), not the mean of the two parts' means"),
+    ("query 0 in the random part", partial(_bos_share_by_part, start=0),
+     "leave query 0 out of the random part (row 1): <bos> can only attend to itself, so it always puts 1.0 on key 0"),
     ("split -1", partial(_bos_share_by_part, split=-1),
      "the random part's queries are positions 1..n_random inclusive: slice 1 : n_random + 1"),
     ("split +1", partial(_bos_share_by_part, split=1),
@@ -156,15 +114,19 @@ MISTAKES["bos_share_by_part"] = [
 ]
 
 
-def bos_share_by_part(fn: Callable) -> Callable:
-    """fn(pattern (batch, head, query, key), n_random) -> (2, head) tensor; see reference_bos_share_by_part."""
-    def case(seed, b, h, t, n_random):
-        scores = randn(b, h, t, t, seed=seed) * 3
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        return scores.masked_fill(mask, float("-inf")).softmax(-1), n_random
+def _pattern_cache(seed: int, n_layers: int, b: int, h: int, t: int) -> dict:
+    """A made-up cache of causal attention patterns, one per layer."""
+    mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+    return {f"blocks.{layer}.attn.hook_pattern":
+            (randn(b, h, t, t, seed=seed * 10 + layer) * 3).masked_fill(mask, float("-inf")).softmax(-1)
+            for layer in range(n_layers)}
 
-    cases = [("4 heads, 9 positions, 4 random", case(0, 2, 4, 9, 4)),
-             ("2 heads, 12 positions, 6 random", case(1, 3, 2, 12, 6))]
+
+def bos_share_by_part(fn: Callable) -> Callable:
+    """fn(cache from run_with_cache, n_layers, n_random) -> (layer, 3, head) tensor; see
+    reference_bos_share_by_part."""
+    cases = [("2 layers, 4 heads, 9 positions, 3 random", (_pattern_cache(0, 2, 2, 4, 9), 2, 3)),
+             ("3 layers, 2 heads, 12 positions, 6 random", (_pattern_cache(1, 3, 3, 2, 12), 3, 6))]
     return check("bos_share_by_part", fn, reference_bos_share_by_part, cases, MISTAKES["bos_share_by_part"],
                  atol=1e-6, rtol=1e-5)
 

@@ -124,7 +124,7 @@ MISTAKES["first_rest_ratio"] = [
      "prompts / later-token mean pooled over every later token)"),
     ("prompt means", partial(_first_rest_ratio, ratio="prompt_means"),
      "the later tokens' mean weights every prompt equally; pool them: (sum of all later gates) / (number of "
-     "later tokens), so a long prompt counts more, as the published numbers do"),
+     "later tokens), so a long prompt counts more, as the reported numbers do"),
     ("tokens resampled", partial(_first_rest_ratio, unit="token"),
      "that resamples tokens; tokens of one prompt are not independent: resample whole prompts (one row per "
      "prompt holding its first gate, the sum of its later gates and their number)"),

@@ -1,16 +1,20 @@
-"""Lesson 06's checks: a gate-override hook, and a hook that forbids attention to `<bos>`."""
+"""Lesson 06's checks: a gate-override hook, a prediction of what forbidding `<bos>` costs (well-formed, in nats), and
+a hook that forbids attention to `<bos>`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
 
+import math
+import numbers
+
 import torch
 
 from .engine import NONE_HINT, Mismatch, Mistake, check, what
 from .lesson05 import _gated_model
 
-EXERCISES = ("gate_override", "forbid_bos")  # its check cells, in the lesson's order
+EXERCISES = ("gate_override", "predict_bos_cost", "forbid_bos")  # its check cells, in the lesson's order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 
@@ -93,6 +97,118 @@ def gate_override(fn: Callable) -> Callable:
                               "gate[:, :, head] picks the head in both")]
     return check("gate_override", fn, reference_gate_override, cases, MISTAKES["gate_override"], atol=1e-5,
                  rtol=1e-4, raises=raises, wrap=_logits_under)
+
+
+# ── predict, then measure: what forbidding <bos> costs each copy model ────────────────────────────────────
+
+PREDICTED_MODELS = ("baseline", "headwise", "elementwise")  # the copy models of the lesson, as it names them
+
+
+def reference_predict_bos_cost():
+    """The paper's story as a prediction, in nats per token, of the loss increase when <bos> is forbidden in every
+    layer of each copy model: the baseline loses the sink its <bos> heads park on and pays a few nats (say 4), a gated
+    model, which can close those heads instead, little (0.5). The lesson uses it until the learner writes their own;
+    a prediction has no right answer, so the check only asks that it be well-formed (_read_prediction)."""
+    return {"baseline": 4.0, "headwise": 0.5, "elementwise": 0.5}
+
+
+LIST_HINT = ("return a dict that names each model, {'baseline': ..., 'headwise': ..., 'elementwise': ...}: a list "
+             "does not say which number is which")
+NAMES_HINT = ("name the models as the lesson does: 'baseline', 'headwise', 'elementwise' (not 'copy-baseline', ...)")
+RATIO_HINT = ("a baseline of exactly 1 looks like ratios to the baseline: give each model's own loss increase in nats "
+              "(if you do mean 1 nat for the baseline, write 1.01)")
+PERPLEXITY_HINT = ("more than 100 nats per token: is that a perplexity? The cost in nats is ln(perplexity with <bos> "
+                   "forbidden / learned perplexity)")
+NEGATIVE_HINT = ("a negative cost says forbidding <bos> *lowers* the loss: the cost is the loss with <bos> forbidden "
+                 "minus the learned loss (about 0 for a model that does not need <bos>)")
+
+
+def _missing_hint(model: str) -> str:
+    return f"your prediction has no '{model}': give one number of nats for each of baseline, headwise and elementwise"
+
+
+def _not_a_number_hint(model: str, value) -> str:
+    return (f"'{model}' is {what(value)}, not a number: write the loss increase you expect in nats (e.g. 0.5), "
+            "even if you are unsure")
+
+
+def _not_finite_hint(model: str, value: float) -> str:
+    return f"'{model}' is {value}: give a finite number of nats"
+
+
+def _read_prediction(prediction) -> torch.Tensor:
+    """A learner's prediction {model: nats} -> (3,) float64 tensor in PREDICTED_MODELS' order, or a Mismatch whose
+    message is the hint for what makes it ill-formed (the hints of MISTAKES["predict_bos_cost"])."""
+    if prediction is None:
+        raise Mismatch(NONE_HINT)
+    if isinstance(prediction, (list, tuple)) or (isinstance(prediction, torch.Tensor) and prediction.dim() == 1):
+        raise Mismatch(LIST_HINT)
+    if not isinstance(prediction, dict):
+        raise Mismatch(f"return a dict {{'baseline': nats, 'headwise': nats, 'elementwise': nats}}; got "
+                       f"{what(prediction)}")
+    keys = {str(k) for k in prediction}
+    missing = [model for model in PREDICTED_MODELS if model not in prediction]
+    if missing and any(k != missing[0] and k.split("-")[-1] == missing[0] for k in keys):  # 'copy-headwise'
+        raise Mismatch(NAMES_HINT)
+    if missing:
+        raise Mismatch(_missing_hint(missing[0]))
+    extra = sorted(keys - set(PREDICTED_MODELS))
+    if extra:
+        raise Mismatch(f"your prediction names {extra[0]!r}: give one number for each of baseline, headwise and "
+                       "elementwise, nothing else")
+    values = []
+    for model in PREDICTED_MODELS:
+        v = prediction[model]
+        if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_complex() and v.dtype != torch.bool:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise Mismatch(_not_a_number_hint(model, v))
+        if not math.isfinite(v):
+            raise Mismatch(_not_finite_hint(model, float(v)))
+        values.append(float(v))
+    if any(v > 100 for v in values):
+        raise Mismatch(PERPLEXITY_HINT)
+    if any(v < 0 for v in values):
+        raise Mismatch(NEGATIVE_HINT)
+    if values[0] == 1:
+        raise Mismatch(RATIO_HINT)
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _well_formed(make_prediction):
+    """make_prediction() -> {model: nats}  ==>  a function whose output is the same for every well-formed prediction
+    (so any one passes) and that raises the hint of an ill-formed one."""
+    def run():
+        _read_prediction(make_prediction())
+        return torch.zeros(())
+    return run
+
+
+def _prediction(values=(4.0, 0.5, 0.5), keys=PREDICTED_MODELS, drop=None, as_list=False):
+    """A prediction with switches for the typical mistakes."""
+    if as_list:
+        return list(values)
+    return {k: v for k, v in zip(keys, values, strict=True) if k != drop}
+
+
+MISTAKES["predict_bos_cost"] = [
+    ("a model missing", partial(_prediction, drop="elementwise"), _missing_hint("elementwise")),
+    ("the lesson's full names", partial(_prediction, keys=tuple(f"copy-{k}" for k in PREDICTED_MODELS)), NAMES_HINT),
+    ("a word, not a number", partial(_prediction, values=(4.0, "less", "less")),
+     _not_a_number_hint("headwise", "less")),
+    ("a nan", partial(_prediction, values=(4.0, float("nan"), 0.5)), _not_finite_hint("headwise", float("nan"))),
+    ("ratios to the baseline", partial(_prediction, values=(1.0, 0.1, 0.1)), RATIO_HINT),
+    ("perplexities", partial(_prediction, values=(3000.0, 9.0, 9.0)), PERPLEXITY_HINT),
+    ("learned minus forbidden", partial(_prediction, values=(-4.0, -0.5, -0.5)), NEGATIVE_HINT),
+    ("a list", partial(_prediction, as_list=True), LIST_HINT),
+]
+
+
+def predict_bos_cost(fn: Callable) -> Callable:
+    """fn() -> {'baseline': nats, 'headwise': nats, 'elementwise': nats}: a prediction, so any well-formed one passes
+    (finite, non-negative numbers of nats, one per copy model); an ill-formed one fails with a targeted hint."""
+    return check("predict_bos_cost", fn, reference_predict_bos_cost, [("your prediction", ())],
+                 MISTAKES["predict_bos_cost"], wrap=_well_formed)
 
 
 def reference_forbid_bos(model, layer, head=None):

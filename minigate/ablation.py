@@ -7,7 +7,7 @@ model) are overridden, with bootstrap error bars, and an engine that runs many c
     ab.perplexity(model, c, ov.set_gates(model, 0.116))                 # every gate fixed at 0.116
     results = ab.sweep(model, c, ab.published_conditions(model, c))     # {name: Perplexity}, batched
 
-What an unpublished independent analysis of the released 1B checkpoints (no public write-up) did (1B
+What a third-party analysis of the released 1B checkpoints reported (not the paper's; not checked here) (1B
 headwise model, WikiText-2, 50 chunks of 512 tokens): PPL 12.39
 with the learned gates; every gate fixed at 0.116 (about their mean): 277; all forced to 1: ~251,000;
 all forced to 0: ~304,000; the best constant, 0.15: 112; only layer 0 forced open: ~148,000. One

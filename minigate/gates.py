@@ -11,8 +11,8 @@
     compare_gates({"headwise": g_hw, "elementwise": g_ew})  # a table: one row per model or input type
     compare_gates(gate_scores_by_type(model, load_prompts(), tokenizer=tok), ci=True)
 
-Numbers for the paper's 1B models on WikiText-2, from an unpublished independent analysis of the released
-1B checkpoints (no public write-up; lesson 05 shows them with their source): headwise mean 0.185, median
+Numbers for the paper's 1B models on WikiText-2, reported by a third-party analysis of the released 1B
+checkpoints (not the paper's; not checked here; lesson 05 shows them with their source): headwise mean 0.185, median
 0.141, 36.6% of values < 0.1, 0.15% > 0.9, first token 0.068 vs 0.179 for the others; elementwise mean
 0.104, median 0.043, 70.4% < 0.1.
 

@@ -297,3 +297,20 @@ def test_a_rating_is_read_only_under_its_heading():
     assert exercise_ratings(nbformat.v4.new_notebook(cells=[new_markdown_cell(rated)])) == [(15, 2, 4)]
     for broken in (rated.replace("🔴🔴⚪⚪⚪", "🔴🔴⚪⚪"), rated.replace("\n\n>", "\n\nSome text.\n\n>")):
         assert exercise_ratings(nbformat.v4.new_notebook(cells=[new_markdown_cell(broken)])) == []
+
+
+def test_the_course_keeps_to_its_word_budget():
+    """At most 18,000 words of markdown in all (answers included) and 2,800 in any one lesson: a learner reads every
+    one of them, so a lesson that grows must say something else in fewer words."""
+    words = {p.name: course.prose_words(nbformat.read(p, as_version=4))
+             for p in sorted((course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB))}
+    assert len(words) >= 8
+    long = {name: n for name, n in words.items() if n > 2800}
+    assert not long, f"lessons over 2,800 words: {long}"
+    assert sum(words.values()) <= 18_000, f"{sum(words.values())} words in all, over 18,000: {words}"
+
+
+def test_prose_words_counts_every_markdown_cell():
+    nb = new_notebook(cells=[new_markdown_cell("# Title\nTwo words."), new_code_cell("x = 1  # not prose"),
+                             new_markdown_cell("Answers: F-Attn 0.3", metadata={"tags": ["answers"]})])
+    assert course.prose_words(nb) == 3 + 5  # "F-Attn 0.3" is four runs of \w

@@ -18,11 +18,11 @@ from . import checks, header
 from .build import (ANSWERS, BEGIN, END, NOTEBOOK_GLOB, ROOT, STUB, MarkerError, build, lesson_from_solution, render,
                     stub_source)
 from .header import GPU_LESSONS, REF, REPOSITORY, SETUP, badge, set_header
-from .study import study_minutes
+from .study import prose_words, study_minutes
 
 __all__ = ["ANSWERS", "BEGIN", "END", "GPU_LESSONS", "NOTEBOOK_GLOB", "REF", "REPOSITORY", "ROOT", "SETUP", "STUB",
            "MarkerError", "badge", "build", "checks", "header", "lesson_from_solution", "main", "render", "set_header",
-           "study_minutes", "stub_source"]
+           "prose_words", "study_minutes", "stub_source"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,12 @@ def exercise_ratings(nb: nbformat.NotebookNode) -> list[tuple[int, int, int]]:
             for m, d, d0, i, i0 in EXERCISE_RATING.findall(cell.source) if len(d + d0) == len(i + i0) == 5]
 
 
+def prose_words(nb: nbformat.NotebookNode) -> int:
+    """Every word of a notebook's markdown, answers and self-check included, counted as study_minutes counts them
+    (runs of letters, digits and underscores): what the course's word budget (tests/test_course.py) limits."""
+    return sum(len(re.findall(r"\w+", cell.source)) for cell in nb.cells if cell.cell_type == "markdown")
+
+
 def study_minutes(nb: nbformat.NotebookNode) -> int:
     """A lesson's study time in minutes: prose at 120 words a minute, code at 6 lines a minute, printed output at 20
     lines a minute (tables of numbers are read, not skimmed), each exercise's own budget from its heading

@@ -147,7 +147,8 @@ PRESETS: dict[str, Preset] = {
         corpus="python-code", probe="wikitext-2",
         model=dict(_CODE_MODEL, n_experts=8, n_experts_per_token=2, d_expert=192), train=replace(_CODE_TRAIN)),
     # ~6.2M parameters; the natural-data recipe for a GPU (docs/gpu.md): seq_len 512 on python-code, read about
-    # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model. A T4 is a projection,
+    # once. Measured on an H100 (bf16, no compile): 31 ms/step, about 1.5 minutes per model; on an H200, 265 s for the
+    # three models of lesson 03's GROW (docs/gpu.md). A T4 is a projection,
     # not a measurement: 4-15 minutes per model (fp16; 1/4 to 1/10 of the H100's step rate)
     "code-gpu": Preset(
         about="the natural-data demonstration on a GPU: ~1.5 min per model on an H100, a T4 projected at 4-15 min",

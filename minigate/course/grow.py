@@ -35,7 +35,7 @@ from ..measure import NAMES
 from ..presets import PRESETS, VARIANTS, model_config
 from ..runfolder import RunFolderInUse, RunLock
 
-GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100; a T4 projected at 4-15 min (its preset's note)
+GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100, 265 s for three on an H200; a T4 projected at 4-15 min
 CPU_RECIPE = "code"  # the shipped models' recipe: 20-40 minutes per model on 2 CPU cores
 TRACKED = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
 

@@ -193,12 +193,14 @@ class LrRuns:
 def lr_entries(runs: LrRuns, margin: float = 0.1) -> list[Entry]:
     """The learning-rate entries. Values say only what lesson 08 asserts on every CPU (a spike count, a loss lower
     by more than `margin`); the numbers behind them vary from CPU to CPU."""
-    s, f, m = runs.spikes, runs.final, runs.m_act
-    calm = s["none"] == 0 and runs.finished["none"]
+    s, f, m, done = runs.spikes, runs.final, runs.m_act, runs.finished
+    trouble = {k: s[k] + (not done[k]) for k in s}  # spikes, and a divergence counted as one more
     lower = f["none"] - f["gated"]
     loss = "reproduced" if lower > margin else ("partly" if lower > 0 else "contradicted")
-    return [Entry("lr spikes", "lesson 08", f"{s['none']} spikes -> {s['gated']}; neither diverged" if calm and
-                  runs.finished["gated"] else f"{s['none']} spikes -> {s['gated']}", verdict([2], 1, absent=calm)),
+    diverged = [who for k, who in (("none", "the baseline"), ("gated", "the gated model")) if not done[k]]
+    return [Entry("lr spikes", "lesson 08", f"{s['none']} spikes -> {s['gated']}; "
+                  + ("neither diverged" if not diverged else " and ".join(diverged) + " diverged"),
+                  verdict([_ratio(trouble["none"], trouble["gated"])], math.inf, absent=trouble["none"] == 0)),
             Entry("lr loss", "lesson 08", f"gated {'more' if lower > margin else 'less'} than {margin} nats lower"
                   if lower > 0 else "gated not lower", loss),
             Entry("lr m_act", "lesson 08", "gated M-Act " + ("below" if m["gated"] < m["none"] else "above")
@@ -206,7 +208,7 @@ def lr_entries(runs: LrRuns, margin: float = 0.1) -> list[Entry]:
 
 
 def scorecard(lr: LrRuns | None = None, device="cpu") -> list[Entry]:
-    """Every entry: the paper's column, then the settings, measured (shipped models on CPU: about a minute)."""
+    """Every entry: the paper's column, then the settings, measured (the shipped models, on a CPU: seconds)."""
     entries = paper_entries()
     n = n_heads_of("code-baseline")
     entries += measured_entries("code", measure.shipped_rows("code"), n)

@@ -1,5 +1,6 @@
 """The scorecard (minigate/scorecard.py, lesson 08): its verdict rules, and that its numbers are the measured ones."""
 
+import dataclasses
 import math
 import re
 from types import SimpleNamespace
@@ -60,6 +61,14 @@ def test_lr_entries():
                       m_act={"none": 90, "gated": 30}, finished={"none": False, "gated": True})
     v = {e.claim: e.verdict for e in sc.lr_entries(rough)}
     assert v == {"lr spikes": "reproduced", "lr loss": "partly", "lr m_act": "reproduced"}
+    both = sc.LrRuns(spikes={"none": 3, "gated": 3}, final={"none": 6.5, "gated": 6.0}, m_act={"none": 9, "gated": 3},
+                     finished={"none": True, "gated": True})
+    assert sc.lr_entries(both)[0].verdict == "contradicted"  # a gated model that spikes as often removes nothing
+    fewer = dataclasses.replace(both, spikes={"none": 3, "gated": 1})
+    assert sc.lr_entries(fewer)[0].verdict == "partly"
+    diverged = dataclasses.replace(both, spikes={"none": 0, "gated": 0}, finished={"none": False, "gated": True})
+    e = sc.lr_entries(diverged)[0]
+    assert e.verdict == "reproduced" and e.value == "0 spikes -> 0; the baseline diverged"
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import platform
 import sys
 import warnings
@@ -21,6 +22,9 @@ import torch
 T4_PEAK = 65e12  # FLOP/s, a T4's fp16 tensor cores (NVIDIA's datasheet): projecting a sweep's time on a free Colab T4
 
 PRECISIONS = {"fp32": (None, False), "bf16": (torch.bfloat16, False), "fp16": (torch.float16, True)}
+# MINIGATE_PRECISION=fp16 (or bf16, fp32) makes precision "auto" pick that one: a T4's arithmetic (fp16 with a
+# GradScaler) on a newer GPU, for a notebook or a `minigate train` run left unchanged (docs/gpu.md)
+PRECISION_ENV = "MINIGATE_PRECISION"
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -52,14 +56,20 @@ def cpu_has_native_bf16() -> bool:
 def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | None, bool]:
     """(autocast dtype or None for fp32, whether to use a GradScaler). "auto": on CUDA, bf16 from Ampere on and fp16
     with a GradScaler before (a T4); on a CPU, bf16 where it has native bf16 matrix units (cpu_has_native_bf16),
-    else fp32; fp32 on anything else (mps)."""
+    else fp32; fp32 on anything else (mps). With MINIGATE_PRECISION set, "auto" is what it names."""
+    if precision == "auto" and os.environ.get(PRECISION_ENV):
+        precision = os.environ[PRECISION_ENV].strip().lower()
+        if precision not in PRECISIONS:
+            raise ValueError(f"{PRECISION_ENV}={precision!r} is not a precision; set it to one of "
+                             f"{', '.join(PRECISIONS)}, or unset it")
     if precision == "auto":
         if device.type == "cuda":
             bf16 = torch.cuda.get_device_capability(device)[0] >= 8  # Ampere or newer; a T4 is 7.5
             return PRECISIONS["bf16" if bf16 else "fp16"]
         return PRECISIONS["bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"]
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"precision='fp16' needs a CUDA GPU (it relies on a GradScaler); on {device.type} "
+        named = f"{PRECISION_ENV}=fp16" if os.environ.get(PRECISION_ENV) else "precision='fp16'"
+        raise ValueError(f"{named} needs a CUDA GPU (it relies on a GradScaler); on {device.type} "
                          "use 'bf16' or 'fp32'")
     return PRECISIONS[precision]
 

@@ -223,6 +223,23 @@ def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypat
     assert h.info["precision_used"] == ("bf16" if native else "fp32")
 
 
+def test_minigate_precision_sets_what_auto_picks(monkeypatch):
+    """MINIGATE_PRECISION=fp16 gives "auto" a T4's arithmetic on any GPU; a named precision ignores it; a typo is
+    one clear error. On a CPU fp16 is refused as when named."""
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("MINIGATE_PRECISION", "fp32")
+    assert hardware.pick_precision("auto", cpu) == (None, False)
+    monkeypatch.setenv("MINIGATE_PRECISION", "BF16")
+    assert hardware.pick_precision("auto", cpu) == (torch.bfloat16, False)
+    assert hardware.pick_precision("fp32", cpu) == (None, False)
+    monkeypatch.setenv("MINIGATE_PRECISION", "fp16")
+    with pytest.raises(ValueError, match="MINIGATE_PRECISION=fp16 needs a CUDA GPU"):
+        hardware.pick_precision("auto", cpu)
+    monkeypatch.setenv("MINIGATE_PRECISION", "half")
+    with pytest.raises(ValueError, match="MINIGATE_PRECISION='half' is not a precision; set it to one of fp32, bf16"):
+        hardware.pick_precision("auto", cpu)
+
+
 @pytest.mark.parametrize("avx512_bf16, amx, native", [(False, False, False), (True, False, True),
                                                        (False, True, True), (True, True, True)])
 def test_native_bf16_means_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, native):

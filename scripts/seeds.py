@@ -1,13 +1,16 @@
 """Measure a recipe's seeds with the shipped protocol and record every (seed, variant) row in data/seeds/<preset>.json.
 
     python scripts/seeds.py --preset code --runs 1=runs/seeds/seed1/code-{name} --runs 2=runs/code-seed2/{name}
+    python scripts/seeds.py --preset code-gpu --rows research/gpu/code-gpu-seed*.json   # measured on a GPU
 
 Seed 0 is the shipped trio (data/checkpoints/<preset>-*: its measurements.json, run.json and history). Each further
 seed is three finished `minigate train` folders, {name} standing for baseline, headwise and elementwise: lesson 03's
 GROW switch writes runs/<preset>-seed<N>/<name>. Each is measured with measure.measure_folder on the 75 held-out
 windows (the shipped models' windows: the SHA-256 is checked), from the run's own fp32 weights. The seeds' weights
 are not shipped; a row carries what tells the runs apart: the corpus (each machine builds python-code from its own
-installed packages, so the spread includes the corpus), the precision and the training speed.
+installed packages, so the spread includes the corpus), the precision and the training speed. --rows takes rows
+measured elsewhere, by the same protocol: what tests/gpu/grow.py brings back from a GPU machine (a recipe with no
+shipped trio, code-gpu, has no seed 0 of its own: its rows all come that way).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from minigate import measure
+from minigate import data, measure
 from minigate.pretrained import SHIPPED_DIR
 from minigate.runfolder import read_run_json
 
@@ -69,15 +72,20 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="code")
     ap.add_argument("--runs", action="append", default=[], metavar="SEED=PATTERN",
                     help="a seed and its run folders, {name} for baseline / headwise / elementwise")
+    ap.add_argument("--rows", nargs="*", default=[], metavar="GROW_JSON",
+                    help="tests/gpu/grow.py outputs: their rows, measured on that machine")
     ap.add_argument("--out", help="default: data/seeds/<preset>.json")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    prose = measure.prose_windows(SHIPPED_DIR / f"{args.preset}-baseline" / "tokenizer.json")
+    shipped_tokenizer = SHIPPED_DIR / f"{args.preset}-baseline" / "tokenizer.json"
+    prose = measure.prose_windows(shipped_tokenizer if shipped_tokenizer.is_file() else data.DEFAULT_TOKENIZER)
     digest = measure.windows_digest(prose)
     rows = []
     for variant, name in measure.NAMES.items():  # seed 0: the shipped trio, as its measurements.json holds it
         folder = SHIPPED_DIR / f"{args.preset}-{name}"
+        if not (folder / measure.MEASUREMENTS).is_file():
+            continue
         stored = measure.stored(folder.name)
         assert stored["protocol"]["windows_sha256"] == digest, f"{folder.name} was measured on other windows"
         rows.append(row(0, variant, measure.Shipped.from_record(stored), folder))
@@ -95,10 +103,17 @@ def main(argv=None) -> int:
             print(f"seeds: seed {seed} {name}: {rows[-1]['sink_rate_64'] * 16:.0f} sink heads at T=64, strongest "
                   f"{rows[-1]['max_head_64']:.2f}, excess {rows[-1]['f_attn_excess']:.3f}, M-Act "
                   f"{rows[-1]['m_act']:.0f}", flush=True)
+    for path in args.rows:
+        got = json.loads(Path(path).read_text())
+        assert got["preset"] == args.preset, f"{path} holds {got['preset']} runs, not {args.preset}"
+        assert got.get("windows_sha256", digest) == digest, f"{path} was measured on other windows"
+        rows += [dict(r, device=got["device"]) for r in got.get("rows", [])]
+    rows.sort(key=lambda r: (r["seed"], list(measure.NAMES).index(r["variant"])))
     out = Path(args.out or SHIPPED_DIR.parent / "seeds" / f"{args.preset}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=digest, weights="each run's own weights "
-                    "(seed 0: the shipped 16-bit weights)")
+    shipped = any(r["seed"] == 0 and "device" not in r for r in rows)
+    protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=digest, weights="each run's own weights"
+                    + (" (seed 0: the shipped 16-bit weights)" if shipped else ""))
     out.write_text(json.dumps({"preset": args.preset, "protocol": protocol, "rows": rows}, indent=1) + "\n")
     print(f"seeds: {len(rows)} rows -> {out}")
     if args.preset == "code" and not args.out:

@@ -1,0 +1,168 @@
+"""What makes the gate's effect larger: the `code` recipe at other model sizes and training lengths, over seeds, each
+model measured as the shipped ones are (measure.measure_folder: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s
+T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code.json's.
+
+    python research/scaling.py plan                 # every point, seed and variant, and what is done
+    python research/scaling.py run [--only 2x]      # train and measure what is missing, in the queue's order
+    python research/scaling.py measure              # measure the finished runs again, rewrite the JSON files
+
+Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides, into
+runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue continues). Every run
+trains in bf16 with torch.compile on 2 threads (`python -m minigate.bench train` on a CPU with native bf16: compiled
+bf16 1.18x bf16 eager end to end over the `code` preset), on this machine's python-code corpus: a row records the
+corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from seeds import row  # noqa: E402  (scripts/ is not a package)
+
+from minigate import measure  # noqa: E402
+from minigate.pretrained import SHIPPED_DIR, from_pretrained  # noqa: E402
+
+RUNS = ROOT / "runs" / "study"
+OUT = ROOT / "data" / "study"
+# point -> (axis, `--set` overrides of the code preset, what it is). The code recipe reads 11.9 tokens per parameter
+# (16.4M tokens, 1.38M parameters); the sizes keep that ratio, the lengths multiply the tokens.
+POINTS = {
+    "xs": ("size", dict(d_model=64, head_dim=16, d_ff=192, steps=1400), "0.48M parameters, 5.7M tokens"),
+    "2x": ("length", dict(steps=8000), "the code model, 32.8M tokens"),
+    "4x": ("length", dict(steps=16000), "the code model, 65.5M tokens"),
+    "l": ("size", dict(d_model=192, n_layers=6, n_heads=6, n_kv_heads=6, head_dim=32, d_ff=576, steps=10600),
+          "3.7M parameters, 43.4M tokens"),
+}
+TRAIN = dict(precision="bf16", compile="true")  # every study run
+# the queue, in order: (point, seed, variants). Length first (seed 0's trio), then the cheap size, then the rest
+QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, measure.NAMES), ("xs", 1, measure.NAMES),
+         ("xs", 2, measure.NAMES), ("2x", 1, measure.NAMES), ("2x", 2, measure.NAMES),
+         ("4x", 0, ("none", "elementwise")), ("l", 0, ("none", "elementwise"))]
+
+
+def folder(point: str, seed: int, variant: str) -> Path:
+    return RUNS / point / f"seed{seed}" / measure.NAMES[variant]
+
+
+def finished(path: Path) -> bool:
+    return (path / "model" / "config.json").is_file()
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def train(point: str, seed: int, variant: str, threads: int) -> int:
+    """One run, to the end (resumed where a checkpoint is). The wall seconds of each invocation add up in wall_s."""
+    out = folder(point, seed, variant)
+    sets = {**POINTS[point][1], **TRAIN, "seed": seed}
+    cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", "code", "--variant", variant, "--out", str(out),
+           "--threads", str(threads), "--quiet"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(out.parent / f"{measure.NAMES[variant]}.log", "a") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    side = sidecar(point, seed, variant)
+    done = json.loads(side.read_text()) if side.is_file() else {"wall_s": 0.0, "cpus": []}
+    done["wall_s"] += time.time() - t0
+    done["cpus"] = sorted(set(done["cpus"]) | {cpu_name()})
+    side.write_text(json.dumps(done))
+    return rc
+
+
+def sidecar(point: str, seed: int, variant: str) -> Path:
+    """What the queue records beside a run folder: the wall seconds of its invocations and the CPUs they ran on."""
+    return RUNS / point / f"seed{seed}" / f"{measure.NAMES[variant]}.study.json"
+
+
+def measured_row(point: str, seed: int, variant: str, prose) -> dict:
+    path = folder(point, seed, variant)
+    got = measure.measure_folder(path, prose, name=f"{point}-seed{seed}-{measure.NAMES[variant]}")
+    run = json.loads((path / "run.json").read_text())
+    history = json.loads((path / "history.json").read_text())
+    side = json.loads(sidecar(point, seed, variant).read_text()) if sidecar(point, seed, variant).is_file() else {}
+    t = run["train"]
+    step_tokens = t["batch_size"] * t["seq_len"] * t["grad_accum"]
+    return {"point": point, **row(seed, variant, got, path), "params": from_pretrained(path / "model").num_params(),
+            "tokens": t["steps"] * step_tokens, "steps": t["steps"], "cpus": side.get("cpus"),
+            "wall_s": round(side["wall_s"]) if "wall_s" in side else None,
+            "train_s": round(sum(step_tokens / r for r in history["tokens_per_s"]))}
+
+
+def write(rows: list[dict], prose) -> list[Path]:
+    """data/study/<axis>.json for each axis that has rows."""
+    protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=measure.windows_digest(prose),
+                    weights="each run's own fp32 weights")
+    OUT.mkdir(parents=True, exist_ok=True)
+    written = []
+    for axis in sorted({a for a, _, _ in POINTS.values()}):
+        mine = [r for r in rows if POINTS[r["point"]][0] == axis]
+        if not mine:
+            continue
+        points = {p: {"sets": {**s, **TRAIN}, "about": about} for p, (a, s, about) in POINTS.items() if a == axis}
+        doc = {"axis": axis, "preset": "code", "protocol": protocol, "points": points, "rows": mine}
+        path = OUT / f"{axis}.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        written.append(path)
+    return written
+
+
+def stored_rows() -> list[dict]:
+    return [r for p in sorted(OUT.glob("*.json")) for r in json.loads(p.read_text())["rows"]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("plan", "run", "measure"))
+    ap.add_argument("--only", nargs="*", help="points to take (default: the whole queue)")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    queue = [(p, s, v) for p, s, vs in QUEUE for v in vs if not args.only or p in args.only]
+    if args.what == "plan":
+        for p, s, v in queue:
+            state = "done" if finished(folder(p, s, v)) else "resumable" if (
+                folder(p, s, v) / "checkpoint.pt").is_file() else "to do"
+            print(f"{p:3s} seed {s} {measure.NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
+        return 0
+    prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
+    assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (
+        "these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy they came from")
+    rows = {(r["point"], r["seed"], r["variant"]): r for r in stored_rows()} if args.what == "run" else {}
+    for p, s, v in queue:
+        if args.what == "run" and not finished(folder(p, s, v)):
+            print(f"{time.strftime('%H:%M:%S')} training {p} seed {s} {v}", flush=True)
+            rc = train(p, s, v, args.threads)
+            if rc:
+                print(f"{p} seed {s} {v}: minigate train exited with {rc}; see its log", flush=True)
+                return rc
+        if finished(folder(p, s, v)) and (p, s, v) not in rows:
+            rows[p, s, v] = measured_row(p, s, v, prose)
+            r = rows[p, s, v]
+            print(f"{time.strftime('%H:%M:%S')} {p} seed {s} {v}: {r['sink_rate_64']:.3f} sink rate at T=64, excess "
+                  f"{r['f_attn_excess']:.4f}, M-Act {r['m_act']:.1f}, loss {r['val_loss_code']:.3f}, "
+                  f"{r['wall_s']} s", flush=True)
+            write(list(rows.values()), prose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -58,12 +58,8 @@ class History:
 
     @classmethod
     def from_dict(cls, d: dict) -> History:
-        """From to_dict's dict; metrics recorded under the tracker's earlier names get analysis.Measures' names."""
-        metrics = [{RENAMED.get(k, k): v for k, v in m.items()} for m in d.get("metrics", [])]
-        return cls(**dict(d, metrics=metrics))
-
-
-RENAMED = {"max_head_share": "max_head", "share_per_layer": "f_attn_per_layer", "max_head_share_64": "max_head_64"}
+        """From to_dict's dict (a history.json)."""
+        return cls(**d)
 
 
 # -- checkpoints ---------------------------------------------------------------------------------------

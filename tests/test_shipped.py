@@ -7,6 +7,7 @@ import torch
 
 import minigate
 from minigate import data
+from minigate.analysis import TRACKED
 from minigate.pretrained import SHIPPED_DIR
 
 TEXT = ("text-baseline", "text-headwise", "text-elementwise")
@@ -26,6 +27,18 @@ def test_shipped_metadata_has_no_machine_paths(name):
     for f in ("run.json", "history.json"):
         text = (SHIPPED_DIR / name / f).read_text()
         assert not any(d in text for d in ("/work/", "/root/", "/home/")), f"{name}/{f} names a machine path"
+
+
+@pytest.mark.parametrize("name", minigate.shipped_names())
+def test_shipped_records_use_todays_names(name):
+    """run.json and history.json name the variant `variant`, and the tracker's metrics carry analysis.TRACKED's names
+    (with F-Attn above uniform): what lesson 03's GROW display and the plots read, with no translation."""
+    run = json.loads((SHIPPED_DIR / name / "run.json").read_text())
+    history = json.loads((SHIPPED_DIR / name / "history.json").read_text())
+    assert "gate" not in run and run["variant"] in ("none", "headwise", "elementwise")
+    assert "gate" not in history["info"] and history["info"]["variant"] == run["variant"]
+    assert history["metrics"] and all(set(m) - {"step"} <= set(TRACKED) and "f_attn_excess" in m
+                                      for m in history["metrics"])
 
 
 @pytest.mark.parametrize("name", TEXT)

@@ -3,41 +3,30 @@
     atomic_write("runs/x/run.json", lambda f: f.write(data))  # the old file or the new one, never half of one
     with RunLock("runs/ci-headwise"):      # a second run into the folder is refused at once
         ...                                # released on any exit (the OS drops it if the process dies)
+    with RunLock("runs/ci-headwise", timeout=10):  # or waits up to 10 s for the folder first
+    lock_holder("runs/ci-headwise")        # who holds it, without taking it: {"pid", "host", "started"} or None
 
-`check_writable(folder)` makes the folder and proves it can write there; `remove_orphans(folder)` removes
+The lock is filelock's `FileLock` on `.lock.os` in the folder (flock on POSIX, LockFileEx on Windows: the OS drops it
+when its process ends, however it ends); `.lock` beside it names the holder (pid, host, start time), written once the
+lock is held and removed before it is released, so other processes can read it at any moment. Both go at the end of
+the run. `check_writable(folder)` makes the folder and proves it can write there; `remove_orphans(folder)` removes
 the temp files that an interrupted atomic write left behind. train() uses them, once per run. `read_run_json(folder)`
 reads what `minigate train` recorded about a run, in today's key names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 from pathlib import Path
 
-if os.name == "nt":
-    import msvcrt
+from filelock import FileLock, Timeout
 
-    def _try_lock(f) -> bool:
-        try:
-            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
-            return True
-        except OSError:
-            return False
-else:
-    import fcntl
-
-    def _try_lock(f) -> bool:
-        """An advisory lock the OS drops when the process ends, however it ends (kill -9 included)."""
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError:
-            return False
-
-LOCK_NAME = ".lock"
+LOCK_NAME = ".lock"  # names the holder: pid=, host=, started= lines
+OS_LOCK_NAME = ".lock.os"  # the (empty) file that filelock locks
 TMP_GLOB = ".*.tmp"  # atomic_write's temp files, see _tmp_path
 
 
@@ -83,23 +72,75 @@ def check_writable(folder: str | os.PathLike) -> Path:
     return folder
 
 
+def _read_holder(path: Path) -> dict:
+    """The key=value lines of a `.lock` ({} if there is none, or it cannot be read)."""
+    try:
+        return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine. Sends nothing: os.kill(pid, 0) only checks, on POSIX."""
+    if not 0 < pid < 2**31:
+        return False
+    if os.name == "nt":  # os.kill would terminate it here: ask Windows for its exit code instead
+        import ctypes
+        from ctypes import wintypes
+
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
+        kernel32.OpenProcess.restype = wintypes.HANDLE
+        kernel32.GetExitCodeProcess.argtypes = (wintypes.HANDLE, ctypes.POINTER(wintypes.DWORD))
+        kernel32.CloseHandle.argtypes = (wintypes.HANDLE,)
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return ctypes.get_last_error() == 5  # ERROR_ACCESS_DENIED: it runs, protected
+        code = wintypes.DWORD()
+        try:
+            return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
+        finally:
+            kernel32.CloseHandle(handle)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
+
+
+def lock_holder(folder: str | os.PathLike) -> dict | None:
+    """Who holds `folder`'s RunLock, read from its `.lock` without taking the lock (so a status check can never make
+    a run's start fail): {"pid": int, "host": str, "started": str}, or None when no run holds it (no `.lock`, or one
+    left by a process of this host that no longer runs). A holder on another host is returned: it cannot be checked."""
+    info = _read_holder(Path(folder) / LOCK_NAME)
+    try:
+        holder = {"pid": int(info["pid"]), "host": info["host"], "started": info["started"]}
+    except (KeyError, ValueError):
+        return None
+    return holder if holder["host"] != socket.gethostname() or _alive(holder["pid"]) else None
+
+
 class RunLock:
-    """Held for a whole run: `.lock` in the folder names the holder (pid, host, start time).
+    """Held for a whole run: filelock's lock on `.lock.os`, and `.lock` naming the holder (pid, host, start time).
 
-    Re-entrant within one process: a nested `with RunLock(folder)` in the holder is a no-op, never a deadlock.
-    A lock left by a process that no longer runs is reported and taken over."""
+    When another process holds the folder, `timeout` 0 refuses at once (RunFolderInUse) and `timeout` > 0 waits up to
+    that many seconds first. Re-entrant within one process: a nested `with RunLock(folder)` in the holder is a no-op,
+    never a deadlock. A `.lock` left by a process that no longer runs (the OS dropped its lock) is reported and taken
+    over."""
 
-    _held: dict[Path, list] = {}  # folder -> [file object, depth], for this process
+    _held: dict[Path, list] = {}  # folder -> [FileLock, depth], for this process
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, timeout: float = 0):
         self.folder = Path(folder).resolve()
         self.path = self.folder / LOCK_NAME
+        self.timeout = timeout
 
     def _holder(self) -> str:
-        """Who wrote the lock file: "process 123 on host, started 2026-11-23 10:00:00" ("" if unreadable)."""
-        try:
-            info = dict(line.split("=", 1) for line in self.path.read_text().splitlines() if "=" in line)
-        except OSError:
+        """Who `.lock` names: "process 123 on host, started 2026-11-23 10:00:00" ("" if there is none)."""
+        info = _read_holder(self.path)
+        if not info:
             return ""
         return f"process {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
 
@@ -108,26 +149,23 @@ class RunLock:
             self._held[self.folder][1] += 1
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        while True:
-            who = self._holder() if self.path.exists() else ""
-            f = open(self.path, "a+")
-            if not _try_lock(f):
-                f.close()
-                raise RunFolderInUse(f"{self.folder} is in use by another run ({self._holder() or 'unknown'}); "
-                                     "wait for it to finish, stop it (Ctrl-C checkpoints it), or choose another --out")
-            try:  # the holder may have released and unlinked it while we opened it: then lock the new file
-                if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            f.close()
-        if who:  # the file was there but nobody held it: its process died without cleaning up
-            print(f"note: {self.path} was left by {who}, which is no longer running; taking it over", flush=True)
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid={os.getpid()}\nhost={socket.gethostname()}\nstarted={time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        f.flush()
-        self._held[self.folder] = [f, 1]
+        lock = FileLock(self.folder / OS_LOCK_NAME, thread_local=False)  # any thread of the holder may release it
+        try:
+            lock.acquire(timeout=self.timeout)
+        except Timeout:
+            who = self._holder() or "unknown"
+            raise RunFolderInUse(f"{self.folder} is in use by another run ({who}); wait for it to finish, stop it "
+                                 "(Ctrl-C checkpoints it), or choose another --out") from None
+        try:
+            who = self._holder()
+            if who:  # named, yet nobody held the lock: its process died without cleaning up
+                print(f"note: {self.path} was left by {who}, which is no longer running; taking it over", flush=True)
+            self.path.write_text(f"pid={os.getpid()}\nhost={socket.gethostname()}\n"
+                                 f"started={time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except BaseException:
+            lock.release()
+            raise
+        self._held[self.folder] = [lock, 1]
         return self
 
     def __exit__(self, *exc):
@@ -135,8 +173,13 @@ class RunLock:
         entry[1] -= 1
         if entry[1] == 0:
             del self._held[self.folder]
-            self.path.unlink(missing_ok=True)  # unlink first: a waiting run then finds no stale file
-            entry[0].close()  # closing drops the flock
+            try:  # both files go while the lock is still held: the next holder finds no stale `.lock`
+                with contextlib.suppress(OSError):  # on Windows a status check may have it open for an instant
+                    self.path.unlink(missing_ok=True)
+                if os.name != "nt":  # a waiter that opened this inode sees it unlinked and retries on the new file;
+                    (self.folder / OS_LOCK_NAME).unlink(missing_ok=True)  # Windows: filelock removes it after release
+            finally:
+                entry[0].release()
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:

@@ -1,0 +1,154 @@
+"""RunLock and lock_holder across processes: refusal with the holder named, waiting with a timeout, re-entrancy, a
+killed holder, a status check that never takes the lock, and no lock files left behind."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minigate import runfolder
+from minigate.runfolder import LOCK_NAME, OS_LOCK_NAME, RunFolderInUse, RunLock, lock_holder
+
+STARTED = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+_children = []
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans():
+    yield
+    while _children:
+        p = _children.pop()
+        p.kill()
+        p.wait()
+        p.stdin.close()
+        p.stdout.close()
+
+
+def _child(body: str) -> subprocess.Popen:
+    """A Python process that runs `body` with minigate/runfolder.py as `rf`, loaded alone (no torch to import)."""
+    code = ("import importlib.util, sys, time\n"
+            f"spec = importlib.util.spec_from_file_location('rf', {runfolder.__file__!r})\n"
+            "rf = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(rf)\n" + body)
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _children.append(p)
+    return p
+
+
+def _hold(folder, seconds: float | None = None) -> subprocess.Popen:
+    """A process that holds `folder`'s RunLock until its stdin closes (or for `seconds`), once it says so."""
+    wait = f"time.sleep({seconds})" if seconds else "sys.stdin.read()"
+    p = _child(f"with rf.RunLock({str(folder)!r}):\n    print('held', flush=True)\n    {wait}\n")
+    assert p.stdout.readline() == "held\n"
+    return p
+
+
+def _let_go(p: subprocess.Popen):
+    p.stdin.close()
+    assert p.wait(timeout=10) == 0
+
+
+def _try(folder) -> tuple[int, str]:
+    """Another process's non-blocking RunLock on `folder`: (3 and the message if refused, else 0, output)."""
+    p = _child(f"try:\n    rf.RunLock({str(folder)!r}).__enter__()\n"
+               "except rf.RunFolderInUse as e:\n    print(e)\n    sys.exit(3)\n")
+    out, _ = p.communicate(timeout=10)
+    return p.returncode, out
+
+
+def _no_lock_files(folder) -> bool:
+    return not (folder / LOCK_NAME).exists() and not (folder / OS_LOCK_NAME).exists()
+
+
+def test_another_process_is_refused_at_once_with_the_holder_named_then_takes_it(tmp_path):
+    holder = _hold(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(RunFolderInUse) as refused:
+        RunLock(tmp_path).__enter__()
+    assert time.monotonic() - start < 0.5  # timeout 0: no waiting
+    expected = (re.escape(f"{tmp_path.resolve()} is in use by another run (process {holder.pid} on "
+                          f"{socket.gethostname()}, started ") + STARTED +
+                re.escape("); wait for it to finish, stop it (Ctrl-C checkpoints it), or choose another --out"))
+    assert re.fullmatch(expected, str(refused.value)), str(refused.value)
+    _let_go(holder)
+    assert _no_lock_files(tmp_path)
+    with RunLock(tmp_path):
+        assert lock_holder(tmp_path)["pid"] != holder.pid
+    assert _no_lock_files(tmp_path)
+
+
+def test_timeout_waits_for_the_holder_and_gives_up_when_it_keeps_the_folder(tmp_path):
+    _hold(tmp_path, seconds=0.5)  # lets go by itself
+    start = time.monotonic()
+    with RunLock(tmp_path, timeout=10):
+        waited = time.monotonic() - start
+        assert lock_holder(tmp_path)["pid"] == os.getpid()
+    assert 0.3 < waited < 5, waited
+
+    holder = _hold(tmp_path)  # keeps it
+    start = time.monotonic()
+    with pytest.raises(RunFolderInUse, match=f"in use by another run \\(process {holder.pid} on "):
+        RunLock(tmp_path, timeout=1.0).__enter__()
+    assert 1.0 <= time.monotonic() - start < 3
+    _let_go(holder)
+    with RunLock(tmp_path, timeout=1.0):
+        pass
+
+
+def test_lock_holder_names_a_live_holder_only(tmp_path, capsys):
+    assert lock_holder(tmp_path) is None and lock_holder(tmp_path / "missing") is None
+    holder = _hold(tmp_path)
+    info = lock_holder(tmp_path)
+    assert info.keys() == {"pid", "host", "started"} and re.fullmatch(STARTED, info["started"])
+    assert (info["pid"], info["host"]) == (holder.pid, socket.gethostname())
+    _let_go(holder)
+    assert lock_holder(tmp_path) is None
+
+    holder = _hold(tmp_path)
+    holder.kill()  # SIGKILL: the OS drops its lock, its .lock stays behind
+    holder.wait()
+    assert (tmp_path / LOCK_NAME).exists() and lock_holder(tmp_path) is None
+    capsys.readouterr()
+    with RunLock(tmp_path):  # taken over, with a note
+        pass
+    note = capsys.readouterr().out
+    assert f"was left by process {holder.pid} on {socket.gethostname()}" in note and "no longer running" in note
+    assert _no_lock_files(tmp_path)
+
+    (tmp_path / LOCK_NAME).write_text("pid=999999\nhost=elsewhere\nstarted=yesterday\n")  # cannot be checked
+    assert lock_holder(tmp_path) == {"pid": 999999, "host": "elsewhere", "started": "yesterday"}
+    (tmp_path / LOCK_NAME).write_text("pid=oops\n")
+    assert lock_holder(tmp_path) is None
+
+
+def test_lock_holder_never_takes_the_lock(tmp_path):
+    """A status check in a tight loop while another process takes and releases the folder without waiting: every
+    one of its attempts succeeds (a check that took the lock, even briefly, would make some of them fail)."""
+    p = _child(f"print('ready', flush=True)\nend, taken = time.monotonic() + 1.0, 0\n"
+               "while time.monotonic() < end:\n"
+               f"    with rf.RunLock({str(tmp_path)!r}):\n        taken += 1\n"
+               "print(taken, flush=True)\n")
+    assert p.stdout.readline() == "ready\n"
+    seen, end = set(), time.monotonic() + 5
+    while p.poll() is None and time.monotonic() < end:
+        seen.add((lock_holder(tmp_path) or {}).get("pid"))
+    out, _ = p.communicate(timeout=10)
+    assert p.returncode == 0 and out.strip().isdigit() and int(out) > 20, out  # a refusal ends it with a traceback
+    assert p.pid in seen, "the check never saw the other process hold the folder: nothing was tested"
+
+
+def test_reentrant_in_one_process_released_on_any_exit(tmp_path):
+    with RunLock(tmp_path):
+        with RunLock(tmp_path, timeout=5):  # a no-op in the holder, never a wait or a deadlock
+            assert lock_holder(tmp_path)["pid"] == os.getpid()
+        code, out = _try(tmp_path)  # the inner exit kept it
+        assert code == 3 and f"process {os.getpid()} on" in out
+    assert _no_lock_files(tmp_path) and lock_holder(tmp_path) is None
+    assert _try(tmp_path) == (0, "")
+
+    with pytest.raises(ValueError, match="boom"), RunLock(tmp_path):
+        raise ValueError("boom")
+    assert _no_lock_files(tmp_path) and _try(tmp_path) == (0, "")

@@ -241,11 +241,12 @@ def _value(x: Spread) -> str:
     return f"{x.seed0:.2f} ({x.low:.2f}-{x.high:.2f})"
 
 
-def spread_lines(s: dict[str, dict[str, Spread]], n_heads: int = 16) -> list[str]:
+def spread_lines(s: dict[str, dict[str, Spread]], n_heads: int = 16, seed0: str = "the shipped models") -> list[str]:
     """What the lessons print of `spread(seeds)`: per gated variant, each ratio as seed 0's value, the range over the
-    seeds and in how many the gate helped; the sink heads and the strongest head at T=64 next to the baseline's."""
+    seeds and in how many the gate helped; the sink heads (of `n_heads`) and the strongest head at T=64 next to the
+    baseline's. `seed0` says what seed 0 is."""
     b, n = s["none"], s["none"]["sink_rate_64"].seeds
-    lines = [f"over {n} seeds, seed 0's value (the shipped models) and the range over the seeds:",
+    lines = [f"over {n} seeds, seed 0's value ({seed0}) and the range over the seeds:",
              f"  baseline: sink heads at T=64 {_heads(b['sink_rate_64'], n_heads)} of {n_heads}; strongest head at "
              f"T=64 {_value(b['max_head_64'])}"]
     for g in ("headwise", "elementwise"):

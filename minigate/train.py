@@ -104,9 +104,10 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _DeferStop:
-    """First Ctrl-C or SIGTERM: finish the current step, then checkpoint and stop. A second one stops at once."""
+    """First Ctrl-C or SIGTERM: finish the current step, then checkpoint and stop. A second one stops at once. On
+    Windows also CTRL_BREAK (SIGBREAK): what a process group started with CREATE_NEW_PROCESS_GROUP is stopped with."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGBREAK,) if hasattr(signal, "SIGBREAK") else ())
 
     def __init__(self):
         self.requested, self.old = None, {}

@@ -12,9 +12,12 @@ import time
 import pytest
 import torch
 
-from minigate import measure
-from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, recipe_for
+from minigate import Transformer, measure
+from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, find_grown, recipe_for
+from minigate.presets import PRESETS, VARIANTS, model_config
 from minigate.pretrained import SHIPPED_DIR
+from minigate.runfolder import lock_holder
+from minigate.train import train
 
 FAST = {"eval_every": 2, "ckpt_every": 2, "eval_batches": 1, "batch_size": 4, "seq_len": 32}
 
@@ -76,8 +79,8 @@ def test_a_killed_run_resumes_where_its_checkpoint_stands(tmp_path):
     grow = Grow(seed=0, preset="ci", root=tmp_path, steps=16, sets=dict(FAST, ckpt_every=4))
     grow.start()
     wait(grow, lambda: grow.progress("none").step >= 8 and (grow.folder("none") / "checkpoint.pt").is_file())
-    pid = int(dict(line.split("=", 1) for line in (grow.base / ".lock").read_text().splitlines())["pid"])
-    os.killpg(pid, signal.SIGKILL)  # the background process and its `minigate train`, mid-run, as a crash would
+    # the background process and its `minigate train`, mid-run, as a crash would
+    os.killpg(lock_holder(grow.base)["pid"], signal.SIGKILL)
     wait(grow, lambda: not grow.running(), timeout=10)
     assert not grow.done("none") and grow.progress("none").state == "stopped"
     assert "--resume" in grow.command("none")
@@ -108,3 +111,112 @@ def test_the_estimate_times_a_few_steps_of_each_model():
     torch.manual_seed(0)
     minutes = Grow(preset="ci", steps=600).estimate(steps=1, warmup=1)
     assert list(minutes) == ["baseline", "headwise", "elementwise"] and all(0 < m < 60 for m in minutes.values())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX process groups (on Windows stop() sends CTRL_BREAK to the group)")
+def test_stop_checkpoints_the_model_in_training_and_ends_the_whole_group(tmp_path):
+    """stop() ends the background process *and* its `minigate train` (no orphan keeps training), after the model in
+    training wrote a checkpoint; start() then resumes it to the end. Meanwhile status checks, polled as fast as they
+    go while the process starts, read who holds the lock and never take it: the process never fails to take it."""
+    grow = Grow(seed=1, preset="ci", root=tmp_path, steps=250, sets=dict(FAST, ckpt_every=1000))
+    assert grow.stop() == f"nothing is training {grow.base}"
+    grow.start()
+    t0 = time.monotonic()
+    while grow.progress("none").step < 3:
+        grow.status()
+        assert time.monotonic() - t0 < 90, grow.status()
+    pid = lock_holder(grow.base)["pid"]
+    group = [int(p) for p in subprocess.run(["pgrep", "-g", str(os.getpgid(pid))], capture_output=True,
+                                            text=True).stdout.split()]
+    assert len(group) >= 2  # the background process and its `minigate train`
+    said = grow.stop()
+    assert not grow.running() and not any(_alive(p) for p in group), said
+    assert said.startswith("stopped: baseline stopped at step") and "headwise waiting" in said
+    assert (grow.folder("none") / "checkpoint.pt").is_file()  # written on SIGTERM (ckpt_every is never reached)
+    assert "SIGTERM: finishing this step" in grow.log("none").read_text()
+    log = (grow.base / "grow.log").read_text()
+    assert "baseline: stopped; see" in log and "in use" not in log and not grow.folder("headwise").exists()
+    assert "--resume" in grow.command("none")
+    grow.start()
+    wait(grow, lambda: grow.finished() and not grow.running())
+    assert "resuming" in grow.log("none").read_text()
+    assert json.loads((grow.folder("none") / "history.json").read_text())["step"][-1] == 250
+
+
+def _tiny_run(folder, preset: str, variant: str):
+    """A finished run folder of `preset`'s model shape after 2 training steps on random tokens (train() writes model/
+    and history.json as `minigate train` does)."""
+    torch.manual_seed(0)
+    model = Transformer(model_config(preset, variant))
+    cfg = PRESETS[preset].train
+    ids = torch.randint(1, model.cfg.vocab_size, (4000,))
+    small = dict(steps=2, warmup_steps=1, batch_size=2, seq_len=32, eval_every=2, eval_batches=1, ckpt_every=0,
+                 ckpt_minutes=0, compile=False, device="cpu", precision="fp32")
+    import dataclasses
+
+    train(model, ids, ids[:200], dataclasses.replace(cfg, **small), out_dir=folder, progress=False)
+
+
+def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
+    """A trio grown on a GPU (code-gpu: 6 layers x 8 heads), copied to a kept folder (Drive in Colab): find_grown finds
+    it there, and compare() counts 48 heads and sets it beside code-gpu's own seeds, with no shipped trio to show."""
+    kept = tmp_path / "drive"
+    for v in VARIANTS:
+        _tiny_run(Grow(seed=4, preset="code-gpu", root=kept).folder(v), "code-gpu", v)
+    assert find_grown(4, [tmp_path / "runs"]) is None
+    grown = find_grown(4, [tmp_path / "runs", kept])
+    assert grown.preset == "code-gpu" and grown.n_heads() == 48
+    text = grown.compare(measure.prose_windows(limit=2))
+    rows = [line for line in text.splitlines() if line.startswith("yours")]
+    assert len(rows) == 4 and all(" / 48 " in line for line in rows[:3]) and not text.startswith("shipped")
+    assert "the course's seeds of the code-gpu recipe (data/seeds/code-gpu.json)" in text
+    assert "seed 0's value (one of the course's runs)" in text and " of 48;" in text
+
+
+def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
+    """The in-runtime comparison: the learner's three models measured here, each beside the shipped model of the
+    same variant, heads of 16; here the learner's are the shipped weights, so both trios' ratios agree."""
+    grow = Grow(seed=7, preset="code", root=tmp_path)
+    assert grow.compare(measure.prose_windows(limit=2)) == ""
+    for variant, name in measure.NAMES.items():
+        shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
+        shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")
+    text = grow.compare(measure.prose_windows())
+    lines = text.splitlines()
+    for name in measure.NAMES.values():
+        shipped = next(line for line in lines if line.startswith(f"shipped  code-{name} "))
+        yours = next(line for line in lines if line.startswith(f"yours    yours-{name} "))
+        assert shipped.split()[2:] == yours.split()[2:] and " / 16 " in yours  # the same weights, the same numbers
+    ratios = [line.split(":", 1)[1] for line in lines if line.startswith(("shipped:", "yours:"))]
+    assert len(ratios) == 2 and ratios[0] == ratios[1]
+    assert "(data/seeds/code.json)" in text and "seed 0's value (the shipped models)" in text
+
+
+def test_keep_copies_the_finished_trio_once_and_never_half(tmp_path):
+    grow = Grow(seed=7, preset="code", root=tmp_path / "runs", keep=tmp_path / "drive")
+    assert grow.copy_kept() is None  # nothing finished
+    for variant, name in measure.NAMES.items():
+        shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
+        shutil.copy(SHIPPED_DIR / f"code-{name}" / "run.json", grow.folder(variant))
+        shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")
+        (grow.folder(variant) / "checkpoint.pt").write_bytes(b"large")
+    (grow.keep / "baseline.part").mkdir(parents=True)  # a copy cut short earlier
+    assert grow.copy_kept() == tmp_path / "drive" / "code-seed7"
+    assert sorted(p.name for p in (grow.keep / "baseline").iterdir()) == ["history.json", "model", "run.json"]
+    assert not (grow.keep / "baseline.part").exists()
+    assert find_grown(7, [tmp_path / "elsewhere", tmp_path / "drive"]).base == grow.keep
+
+
+def test_drive_is_for_colab_only():
+    from minigate.course.grow import drive_folder
+
+    with pytest.raises(ValueError, match="DRIVE = True is for Colab; on your own machine the models stay in runs/"):
+        drive_folder()

@@ -5,11 +5,17 @@
     g.start()            # one background process trains the unfinished models one after another; finished ones stay
     g.status()           # {variant: Progress}: the step each run has reached, read from its folder and log
     g.show()             # a progress bar per model and the tracker's curves, redrawn as they arrive
+    g.stop()             # checkpoints the model in training and ends the background process; start() resumes
+    g.compare(prose)     # the finished trio measured here, beside the course's numbers for its recipe
 
 Each model is `minigate train --preset P --variant V --out runs/P-seedN/NAME --set seed=N` (`--resume` when its
-folder has a checkpoint), a process of its own writing NAME.log beside the folder: start() again after a restart, a
-kill or a closed notebook resumes what was unfinished. The background process holds runs/P-seedN/.lock while it
-works (runfolder.RunLock), so a second start() while it runs starts nothing.
+folder has a checkpoint), a process of its own writing NAME.log beside the folder. The background process and its
+`minigate train` form one process group: stop() signals the group, so the running model checkpoints (train() stops
+cleanly on SIGTERM) and nothing is orphaned. The process holds runs/P-seedN's RunLock while it works (runfolder.RunLock,
+waiting for it rather than losing a race); status checks only read who holds it (runfolder.lock_holder), never take
+it. start() again after a restart, a stop or a closed notebook resumes what was unfinished. With `keep=FOLDER` the
+finished trio (weights, run.json, history.json; not the checkpoints) is copied there at the end: in Colab, a folder
+on Google Drive (drive_folder()), where lesson 04 finds it (find_grown) after the runtime that trained it is gone.
 
     python -m minigate.course.grow --seed 2 [--preset code] [--root runs]   # the same, from a shell, in the foreground
 """
@@ -21,6 +27,8 @@ import dataclasses
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,13 +39,29 @@ from pathlib import Path
 
 import torch
 
+from .. import measure
 from ..measure import NAMES
 from ..presets import PRESETS, VARIANTS, model_config
-from ..runfolder import RunFolderInUse, RunLock
+from ..runfolder import RunLock, lock_holder
 
 GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100, 265 s for three on an H200; a T4 projected at 4-15 min
-CPU_RECIPE = "code"  # the shipped models' recipe: 20-40 minutes per model on 2 CPU cores
-TRACKED = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
+CPU_RECIPE = "code"  # the shipped models' recipe (docs/gpu.md, README: its times per machine)
+RECIPES = (GPU_RECIPE, CPU_RECIPE)  # what find_grown looks for
+SHOWN = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
+DRIVE = Path("/content/drive")  # where Colab mounts Google Drive
+KEPT = ("model", "run.json", "history.json")  # what keep= copies of each finished run (not its checkpoint)
+
+
+def drive_folder() -> Path:
+    """In Colab: mount Google Drive (Colab asks for permission once) and return MyDrive/minigate-runs, the folder
+    lesson 03 copies finished models to and lesson 04 reads them from. Elsewhere a ValueError: runs/ stays on disk."""
+    if "google.colab" not in sys.modules:
+        raise ValueError("DRIVE = True is for Colab; on your own machine the models stay in runs/, where lesson 04 "
+                         "finds them: set DRIVE = False")
+    from google.colab import drive  # noqa: PLC0415 (Colab only)
+
+    drive.mount(str(DRIVE))
+    return DRIVE / "MyDrive" / "minigate-runs"
 
 
 def recipe_for(device: str | None = None) -> str:
@@ -57,15 +81,19 @@ class Progress:
 
 class Grow:
     """The three models of one seed, grown in run folders under `root`. steps / sets: shorter runs and --set
-    overrides (the tests' few steps; the course's runs use the recipe as it is)."""
+    overrides (the tests' few steps; the course's runs use the recipe as it is). keep: a folder the finished trio is
+    copied to (drive_folder() in Colab)."""
+
+    _started: list[subprocess.Popen] = []  # the background processes this process started (start())
 
     def __init__(self, seed: int = 0, preset: str | None = None, root="runs", steps: int | None = None,
-                 sets: dict | None = None):
+                 sets: dict | None = None, keep=None):
         self.preset = preset or recipe_for()
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; use one of {', '.join(PRESETS)}")
         self.seed, self.steps, self.sets = int(seed), steps, dict(sets or {})
         self.base = Path(root) / f"{self.preset}-seed{self.seed}"  # the three run folders, their logs, the lock
+        self.keep = None if keep is None else Path(keep) / self.base.name
 
     def folder(self, variant: str) -> Path:
         return self.base / NAMES[variant]
@@ -89,18 +117,16 @@ class Grow:
         return all(self.done(v) for v in VARIANTS)
 
     def running(self) -> bool:
-        """Whether a background process holds this seed's folder (it trains, or is about to)."""
-        if not self.base.is_dir():
-            return False
-        try:
-            with RunLock(self.base):
-                return False
-        except RunFolderInUse:
-            return True
+        """Whether a background process holds this seed's folder (it trains, or is about to). Reads the lock's holder,
+        never takes the lock: a status check cannot make the background process fail."""
+        for process in Grow._started:  # reap the ones that ended: a dead child not yet waited for still has its pid
+            process.poll()
+        return lock_holder(self.base) is not None
 
     def start(self) -> str:
         """Train the unfinished models one after another in one background process; returns what it did."""
         if self.finished():
+            self.copy_kept()
             return f"all three models of seed {self.seed} are trained: {self.base}"
         if self.running():
             return f"already training in the background: {self.base}"
@@ -108,31 +134,85 @@ class Grow:
         cmd = [sys.executable, "-m", "minigate.course.grow", "--seed", str(self.seed), "--preset", self.preset,
                "--root", str(self.base.parent)] + (["--steps", str(self.steps)] if self.steps else [])
         cmd += [a for k, v in self.sets.items() for a in ("--set", f"{k}={v}")]
+        cmd += ["--keep", str(self.keep.parent)] if self.keep else []
         detach = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {
-            "start_new_session": True}  # survives the notebook's kernel: read on, restart, come back
+            "start_new_session": True}  # its own process group, which outlives the notebook's kernel; stop() ends it
         with open(self.base / "grow.log", "a") as log:
-            subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **detach)
-        for _ in range(100):  # until it holds the lock: a start() right after this one starts nothing
-            if self.running():
+            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **detach)
+        Grow._started.append(process)
+        for _ in range(300):  # until it holds the lock: a start() right after this one starts nothing
+            if self.running() or process.poll() is not None:
                 break
             time.sleep(0.1)
+        if process.poll():
+            return f"the background process stopped at once (exit {process.returncode}); see {self.base / 'grow.log'}"
         todo = [NAMES[v] for v in VARIANTS if not self.done(v)]
         return f"training {', '.join(todo)} in the background, one after another: {self.base}"
 
+    def stop(self, timeout: float = 300.0) -> str:
+        """Stop the background process and the `minigate train` it runs: SIGTERM to their process group (CTRL_BREAK on
+        Windows), so the model in training finishes its step and writes a checkpoint; waits until they have ended.
+        start() resumes from there."""
+        holder = lock_holder(self.base)
+        if holder is None:
+            return f"nothing is training {self.base}"
+        if os.name == "nt":
+            os.kill(holder["pid"], signal.CTRL_BREAK_EVENT)  # the group started with CREATE_NEW_PROCESS_GROUP
+        else:
+            os.killpg(os.getpgid(holder["pid"]), signal.SIGTERM)
+        t0 = time.monotonic()
+        while self.running() or _group_alive(holder["pid"]):  # the lock goes a moment before the processes do
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{self.base}: process {holder['pid']} still runs {timeout:.0f} s after the stop "
+                                   "signal; end it by hand")
+            time.sleep(0.2)
+        steps = ", ".join(f"{NAMES[v]} {p.state} at step {p.step}" for v, p in self.status().items())
+        return f"stopped: {steps}; start() resumes the unfinished ones"
+
     def run(self) -> int:
         """The background process: each unfinished model in turn (a `minigate train` process each), holding the
-        lock. Returns the first failing exit code, or 0."""
-        with RunLock(self.base):
-            for variant in VARIANTS:
-                if self.done(variant):
-                    continue
-                with open(self.log(variant), "a") as log:
-                    rc = subprocess.run(self.command(variant), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=dict(os.environ, TQDM_MININTERVAL="2")).returncode
-                if rc != 0:
-                    print(f"{NAMES[variant]}: minigate train exited with {rc}; see {self.log(variant)}", flush=True)
-                    return rc
-        return 0
+        lock; then the finished trio is copied to `keep`. A stop signal (SIGTERM, Ctrl-C, CTRL_BREAK) reaches the
+        `minigate train` of the model in training too, which checkpoints; then nothing more starts. Returns the
+        first failing exit code, or 0."""
+        stop = []
+        signals = [s for s in ("SIGTERM", "SIGINT", "SIGBREAK") if hasattr(signal, s)]
+        old = {s: signal.signal(getattr(signal, s), lambda n, f: stop.append(n)) for s in signals}
+        try:
+            with RunLock(self.base, timeout=60):  # start() may be reading who holds it at this moment: wait
+                for variant in VARIANTS:
+                    if self.done(variant) or stop:
+                        continue
+                    with open(self.log(variant), "a") as log:
+                        rc = subprocess.run(self.command(variant), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=dict(os.environ, TQDM_MININTERVAL="2")
+                                            ).returncode
+                    if rc != 0:
+                        what = "stopped" if stop else f"minigate train exited with {rc}"
+                        print(f"{NAMES[variant]}: {what}; see {self.log(variant)}", flush=True)
+                        return rc
+                if not stop:
+                    self.copy_kept()
+        finally:
+            for s, handler in old.items():
+                signal.signal(getattr(signal, s), handler)
+        return 130 if stop else 0
+
+    def copy_kept(self) -> Path | None:
+        """Copy the finished trio's weights, run.json and history.json to `keep` (once; skipped without keep)."""
+        if self.keep is None or not self.finished():
+            return None
+        for v in VARIANTS:
+            src, dst = self.folder(v), self.keep / NAMES[v]
+            if (dst / "model" / "config.json").is_file():
+                continue
+            part = dst.with_name(dst.name + ".part")  # a copy cut short (the runtime ended) is never taken for one
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir(parents=True)
+            for name in KEPT:
+                (shutil.copytree if (src / name).is_dir() else shutil.copy2)(src / name, part / name)
+            shutil.rmtree(dst, ignore_errors=True)
+            part.rename(dst)
+        return self.keep
 
     def progress(self, variant: str) -> Progress:
         """Where a run stands: the last step of its log's progress bar or of its history.json, whichever is later."""
@@ -172,11 +252,44 @@ class Grow:
     def measure(self, prose: torch.Tensor, device="cpu") -> dict | None:
         """{variant: measure.Shipped} of the three finished models on `prose` (measure.prose_windows: the windows the
         shipped models were measured on), named "yours-NAME"; None until all three are finished."""
-        from ..measure import measure_folder
-
         if not self.finished():
             return None
-        return {v: measure_folder(self.folder(v), prose, device, name=f"yours-{NAMES[v]}") for v in VARIANTS}
+        return {v: measure.measure_folder(self.folder(v), prose, device, name=f"yours-{NAMES[v]}") for v in VARIANTS}
+
+    def n_heads(self) -> int:
+        """Heads in one model (layers x heads per layer), from the recipe: 16 in `code`, 48 in `code-gpu`."""
+        cfg = model_config(self.preset)
+        return cfg.n_layers * cfg.n_heads
+
+    def compare(self, prose: torch.Tensor, device="cpu") -> str:
+        """The finished trio measured on `prose`, beside the course's numbers for the same recipe: the shipped trio
+        where there is one (`code`), and the range over the recipe's seeds (data/seeds/<preset>.json). "" until all
+        three are finished."""
+        yours = self.measure(prose, device)
+        if yours is None:
+            return ""
+        n = self.n_heads()
+        trios = {"yours": yours}
+        if measure.shipped_variants(self.preset) == list(NAMES):
+            trios = {"shipped": measure.shipped_rows(self.preset), **trios}
+        lines = [f"{'':8s} {'model':20s} {'sink heads, T=64':>17s} {'strongest, T=64':>16s} {'above uniform':>14s} "
+                 f"{'M-Act':>6s} {'val loss':>9s}"]
+        for v in VARIANTS:
+            for who, trio in trios.items():
+                r = trio[v]
+                lines.append(f"{who:8s} {r.name:20s} {round(r.sink_rate_64 * n):>12d} / {n} {r.max_head_64:16.2f} "
+                             f"{r.f_attn_excess:14.3f} {r.m_act:6.1f} {r.val_loss_code:9.3f}")
+        for who, trio in trios.items():
+            x = measure.ratios(trio)
+            lines.append(f"{who}: baseline / gated, F-Attn above uniform " + ", ".join(
+                f"{x[g]['f_attn_excess']:.1f}x ({g})" for g in x) + "; M-Act " + ", ".join(
+                f"{x[g]['m_act']:.1f}x ({g})" for g in x))
+        seeds = measure.SHIPPED_DIR.parent / "seeds" / f"{self.preset}.json"
+        if seeds.is_file():
+            first = "the shipped models" if "shipped" in trios else "one of the course's runs"
+            lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
+            lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), n, seed0=first)
+        return "\n".join(lines)
 
     def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
         """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, timed
@@ -238,22 +351,54 @@ class Grow:
             threading.Thread(target=loop, daemon=True).start()
         return box
 
-    def curves(self, histories: dict | None = None):
-        """The tracker's sink heads at T=64, F-Attn above uniform and M-Act (8 held-out code windows, every
-        eval_every steps) of each model against the step: one figure, three panels."""
+    def curves(self, histories: dict | None = None, title: str | None = None):
+        """The tracker's sink heads at T=64, F-Attn above uniform and M-Act (8 held-out prose windows, every
+        eval_every steps) of each model against the step: one figure, three panels. `histories`: {name: history.json
+        dict}, by default this seed's runs (lesson 03 also draws the shipped seed 0's through it)."""
         import matplotlib.pyplot as plt
+
+        from ..plots import COLORS
 
         histories = self.histories() if histories is None else histories
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), layout="constrained")
-        for ax, (key, title) in zip(axes, TRACKED.items(), strict=True):
+        for ax, (key, label) in zip(axes, SHOWN.items(), strict=True):
             for name, h in histories.items():
                 rows = [m for m in h.get("metrics", []) if key in m]
-                ax.plot([m["step"] for m in rows], [m[key] for m in rows], "o-", ms=3, label=name)
-            ax.set(title=title, xlabel="step")
+                ax.plot([m["step"] for m in rows], [m[key] for m in rows], "o-", ms=3, label=name,
+                        color=COLORS.get(name))
+            ax.set(title=label, xlabel="step")
         axes[0].legend(fontsize=8)
-        fig.suptitle(f"{self.preset}, seed {self.seed}: the tracker's numbers as the runs write them")
+        fig.suptitle(title or f"{self.preset}, seed {self.seed}: the tracker's numbers as the runs write them")
         plt.close(fig)
         return fig
+
+
+def _group_alive(pid: int) -> bool:
+    """Whether any process of the group `pid` leads still runs (POSIX), or `pid` itself where this process started it
+    (Windows). Reaps the background processes this process started first: an ended one not yet waited for counts as
+    running to the OS."""
+    for process in Grow._started:
+        process.poll()
+    if os.name == "nt":
+        return any(p.pid == pid and p.poll() is None for p in Grow._started)
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_grown(seed: int = 0, roots=("runs",)) -> Grow | None:
+    """The learner's finished trio of `seed`, of either recipe, in the first root that has one: runs/ (where lesson 03
+    grew it) or a kept copy (drive_folder() in Colab, when another runtime grew it). None when there is none."""
+    for root in roots:
+        for preset in RECIPES:
+            grow = Grow(seed=seed, preset=preset, root=root)
+            if grow.finished():
+                return grow
+    return None
 
 
 def main(argv=None) -> int:
@@ -264,9 +409,10 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default="runs")
     ap.add_argument("--steps", type=int, help="shorter runs (tests)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    ap.add_argument("--keep", help="copy the finished trio here (e.g. a Google Drive folder)")
     args = ap.parse_args(argv)
     sets = dict(s.split("=", 1) for s in args.set)
-    return Grow(args.seed, args.preset, args.root, args.steps, sets).run()
+    return Grow(args.seed, args.preset, args.root, args.steps, sets, keep=args.keep).run()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #   make lessons  rebuild lessons/ from solutions/ (the exercise stubs)
 #   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
 #   make test-cpus  the notebooks under each float path of this CPU (NOTEBOOKS=... for a few)
+#   make test-colab  every lesson in a simulated Colab: its Python and every package version of COLAB (tests/colab_env.py)
 #   make gpu-check  on a CUDA machine: every solutions notebook with CUDA + the GPU tests (tests/gpu/check.py)
 PY      ?= python3
 VENV    := .venv
@@ -13,7 +14,7 @@ STAMP   := $(VENV)/.installed
 export MINIGATE_CORPORA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
-.PHONY: install lab lessons test test-cpus gpu-check bench clean
+.PHONY: install lab lessons test test-cpus test-colab gpu-check bench clean
 
 install: $(STAMP)
 
@@ -44,15 +45,33 @@ FORCED   = $(shell $(BIN)/python tests/float_paths.py --other)
 # JOBS pytest workers (pytest-xdist), one torch thread each, a test file or notebook per worker: on CI's 2 cores two
 # single-threaded workers beat one process with two threads (most of a test is Python, not matmuls)
 JOBS    ?= 2
-PYTEST   = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile
+XDIST    = -n $(JOBS) --dist loadfile
+PYTEST   = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest $(XDIST)
+# the same from the wheel's environment (below); PYTHONSAFEPATH: no process of it imports the checkout's minigate from
+# the current folder
+WHEEL_PYTEST = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONSAFEPATH=1 $$tmp/wheel/env/bin/python -m pytest $(XDIST)
 
+# solutions/ runs from a wheel, as Colab and `pip install` get minigate: built once from the files git tracks
+# (tests/colab_env.py wheel) and installed, not editable, into an environment of .venv's other packages, whose python
+# runs pytest and so the notebooks' kernels: a file the wheel lacks fails here. tests/test_package_data.py checks the
+# same wheel; lessons/ runs on the editable install.
 test: install
 	$(BIN)/ruff check minigate tests scripts
-	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache && \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && mkdir "$$tmp/cache" && \
+	export MINIGATE_CACHE_DIR=$$tmp/cache MINIGATE_WHEEL_DIR=$$tmp/wheel && \
+	$(BIN)/python tests/colab_env.py wheel $$tmp/wheel && \
 	$(BIN)/python tests/float_paths.py --show && \
 	$(PYTEST) tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
 	$(FORCED) $(BIN)/python tests/float_paths.py --show && \
-	$(FORCED) $(PYTEST) $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
+	$(FORCED) $(WHEEL_PYTEST) $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
+
+# Every lesson end to end in a simulated Colab (tests/colab_env.py, COLAB: its Python and every package of it at Colab's
+# version, from PyPI; torch's CUDA build, a 4 GB download, runs on the CPU), minigate installed by the set-up cell from
+# the working tree's files; prints each lesson's result and time. NOTEBOOKS=lessons/NN_name.ipynb for a few. About 17
+# min on 2 cores.
+test-colab: install
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export MINIGATE_CACHE_DIR=$$cache && \
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python tests/colab_env.py colab $(NOTEBOOKS)
 
 # the notebooks under every float path this CPU has (tests/float_paths.py): native, SSE4.2, AVX2 and AVX-512
 test-cpus: install

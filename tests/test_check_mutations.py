@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.nn.functional import scaled_dot_product_attention as sdpa_imported_alone
 
 from minigate.course import checks
 from minigate.course.checks import engine
@@ -40,6 +42,22 @@ def _gqa_not_repeated(q, k, v):
 def _tiled(q, k, v):  # k.repeat tiles the kv heads: '(g kv)'
     g = q.shape[1] // k.shape[1]
     return _gqa_not_repeated(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1))
+
+
+def _sdpa_repeated(q, k, v):  # the right numbers, from the fused kernel the exercise asks not to call
+    g = q.shape[1] // k.shape[1]
+    return sdpa_imported_alone(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)
+
+
+def _own_bootstrap(per_prompt, seed=0):  # a correct percentile bootstrap over prompts, but its own resamples
+    first = torch.stack([p[0] for p in per_prompt]).double()
+    sums = torch.stack([p[1:].sum() for p in per_prompt]).double()
+    counts = torch.tensor([len(p) - 1 for p in per_prompt], dtype=torch.float64)
+    ratio = lambda i: first[i].mean() / (sums[i].sum() / counts[i].sum())
+    g = torch.Generator().manual_seed(seed + 123)
+    boots = torch.stack([ratio(torch.randint(len(per_prompt), (len(per_prompt),), generator=g)) for _ in range(1000)])
+    return ratio(torch.arange(len(per_prompt))).item(), *torch.quantile(boots, torch.tensor([0.025, 0.975],
+                                                                                            dtype=torch.float64)).tolist()
 
 
 def _headwise_not_reshaped(z, g):
@@ -123,6 +141,9 @@ ref = {name: REFERENCES[name] for name in checks.EXERCISES}
 OTHER_WRONG_ANSWERS = [
     ("causal_attention", "k.repeat tiles", _tiled, "not '(g kv)'"),
     ("causal_attention", "GQA not repeated", _gqa_not_repeated, "repeat each kv head"),
+    ("causal_attention", "F.scaled_dot_product_attention", lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True), "calls F.scaled_dot_product_attention"),
+    ("causal_attention", "SDPA imported by name", _sdpa_repeated, "calls F.scaled_dot_product_attention"),
     ("attention_with_null", "only the output", lambda s, v, n: ref["attention_with_null"](s, v, n)[0],
      "expected 2 outputs"),
     ("attention_with_null", "real keys' weight instead of the null's",
@@ -161,6 +182,7 @@ OTHER_WRONG_ANSWERS = [
     ("gate_by_phase", "the next layer", lambda m, t, L, n: l5._gate_by_phase(m, t, (L + 1) % m.cfg.n_layers, n),
      "gate_by_phase, case"),
     ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "expected 3 outputs"),
+    ("first_rest_ratio", "a correct bootstrap of its own", _own_bootstrap, "draw them through bootstrap_ci"),
     ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
     ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
     ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],

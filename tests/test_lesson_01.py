@@ -1,6 +1,7 @@
-"""Lesson 01's new check, attention_with_null: the reference passes, a stub falls back, and the reference agrees with
-a plain loop and with ordinary attention when the null key is switched off. That each typical mistake earns its hint
-is tests/test_check_mutations.py's, for every check."""
+"""Lesson 01's checks: causal_attention's step-by-step reference is PyTorch's fused attention, which the check refuses
+in an answer; attention_with_null's reference passes, a stub falls back, and it agrees with a plain loop and with
+ordinary attention when the null key is switched off. That each typical mistake earns its hint is
+tests/test_check_mutations.py's, for every check."""
 
 import math
 
@@ -8,7 +9,32 @@ import pytest
 import torch
 
 from minigate.course import checks
+from minigate.course.checks.lesson01 import SDPA_HINT
 from minigate.course.checks.lesson01 import _null_attention as N
+
+
+@pytest.mark.parametrize("h, kv", [(4, 2), (3, 3), (6, 1)])
+def test_the_causal_attention_reference_is_pytorchs_fused_attention(h, kv):
+    g = torch.Generator().manual_seed(h)
+    q = torch.randn(2, h, 7, 8, generator=g)
+    k, v = torch.randn(2, kv, 7, 8, generator=g), torch.randn(2, kv, 7, 8, generator=g)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(checks.reference_causal_attention(q, k, v), fused, atol=1e-6, rtol=1e-5)
+
+
+def test_causal_attention_refuses_the_fused_kernel_only_inside_the_answer(capsys):
+    """An answer that calls SDPA fails with its hint, whatever it computes; the refusal ends with the answer's call
+    (the reference and the lesson's own SDPA cell still run), and the check hands back the learner's own function."""
+    def fused(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    with pytest.raises(AssertionError, match="calls F.scaled_dot_product_attention"):
+        checks.causal_attention(fused)
+    assert SDPA_HINT in capsys.readouterr().out
+    q = torch.randn(1, 2, 3, 4)
+    assert fused(q, q, q).shape == (1, 2, 3, 4)  # no refusal left behind
+    mine = lambda q, k, v: checks.reference_causal_attention(q, k, v).clone()
+    assert checks.causal_attention(mine) is mine
 
 
 def test_reference_passes_and_is_returned(capsys):

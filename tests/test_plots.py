@@ -312,5 +312,24 @@ def test_scorecard_grid_colours_each_cell_by_its_verdict():
     assert len(ax.get_yticklabels()) == 2  # only the claims with entries
     texts = [t.get_text() for t in ax.texts]
     assert "77 -> 32" in texts and "2.0x" in texts
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["reproduced", "partly", "not at this scale",
-                                                                    "contradicted"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["reproduced", "partly", "within noise",
+                                                                    "not at this scale", "contradicted",
+                                                                    "fragile (hatched)"]
+    plt.close(fig)
+
+
+def test_scorecard_grid_groups_claims_by_source_hatches_fragile_cells_and_adds_the_claims_verdict():
+    from minigate.scorecard import CLAIMS, SOURCES, Entry
+
+    entries = [Entry("f_attn", "code", "2.0x", "partly"),
+               Entry("f_attn", "copy", "0.7x", "contradicted", ("one model",)),
+               Entry("bos", "code", "0.89x", "contradicted", ("one model",))]
+    verdicts = {"f_attn": ("partly", False), "bos": ("contradicted", True)}
+    fig = plots.scorecard(entries, CLAIMS, ["code", "copy"], verdicts=verdicts, sources=SOURCES)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["code", "copy", "the claim"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [CLAIMS["f_attn"].short, CLAIMS["bos"].short]
+    texts = [t.get_text() for t in ax.texts]
+    assert SOURCES["paper"] in texts and SOURCES["course"] in texts and SOURCES["reported"] not in texts
+    assert sum(bool(p.get_hatch()) for p in ax.patches) == 3  # two fragile settings and the all-fragile claim
+    assert fig.get_size_inches()[0] <= 12  # the lesson's width

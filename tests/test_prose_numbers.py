@@ -1,4 +1,6 @@
-"""Prose = output: a lesson's text states only numbers its cells print, or figures quoted from a named publication."""
+"""Prose = output: a lesson's text states only numbers its cells print, or figures quoted from a named publication;
+the README's prose only numbers a generated source prints (course/prose.py: generated_sources), or its own quoted
+figures."""
 
 import json
 from pathlib import Path
@@ -7,8 +9,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from minigate.course.prose import prose_numbers, unprinted
-from minigate.course.published import PUBLISHED
+from minigate.course.prose import generated_sources, prose_numbers, readme_paragraphs, readme_unsourced, unprinted
+from minigate.course.published import PUBLISHED, README_QUOTED
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("0*.ipynb"))
@@ -47,3 +49,43 @@ def test_every_published_figure_is_still_quoted_where_the_list_says(lesson):
     stale = sorted(set(PUBLISHED[lesson]) - stated)
     assert not stale, f"minigate/course/published.py lists {stale} for lesson {lesson}, which its text no longer states"
     assert all(source.strip() for source in PUBLISHED[lesson].values())
+
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_states_only_numbers_a_generated_source_prints():
+    """Every decimal and ratio of the README's hand-written paragraphs is printed by a notebook's outputs, a shipped
+    model's measurements.json, a data/seeds file (measure.spread), a table of docs/gpu.md or the lessons' study
+    times, or is one of the README's own quoted figures with its source (published.README_QUOTED)."""
+    missing = readme_unsourced(README, generated_sources(ROOT), README_QUOTED)
+    assert not missing, (f"the README states numbers no generated source prints (paragraph, number): {missing}; "
+                         "restate them from a source, or list a figure measured once with where it was measured in "
+                         "minigate/course/published.py's README_QUOTED")
+
+
+def test_every_readme_quoted_figure_is_still_in_the_readme():
+    stated = {n for para in readme_paragraphs(README) for n in prose_numbers(para)}
+    stale = sorted(set(README_QUOTED) - stated)
+    assert not stale, f"README_QUOTED lists {stale}, which the README no longer states"
+    assert all(source.strip() for source in README_QUOTED.values())
+
+
+def test_the_sources_are_the_generated_ones():
+    names = set(generated_sources(ROOT))
+    assert {f"solutions/{p.name} (outputs)" for p in SOLUTIONS} <= names
+    assert {"measurements.json (code)", "data/seeds/code.json (measure.spread)", "docs/gpu.md (tables)"} <= names
+
+
+def test_a_readme_number_that_drifts_from_its_source_is_caught():
+    sources = {"measurements.json": "F-Attn above uniform 4.5x smaller; largest head 0.27", "docs": "| 31.2% |"}
+    readme = ("# Title\n\nThe largest head puts 0.27 on the first token, 4.5x less with the gate.\n\n"
+              "| table | 9.9 |\n|---|---|\n\n```\nx = 3.3\n```\n\nPython >= 3.10, torch 2.13, 8 x 512 tokens.\n\n"
+              "transformers / minigate 4.5x the speed; torch 2.13.0")
+    assert readme_unsourced(readme, sources, {}) == []  # tables, code, versions and sizes are not prose; a ratio
+    assert readme_unsourced(readme.replace("minigate 4.5x", "minigate 4.4x"), sources, {})[0][1] == "4.4x"  # is one
+    drifted = readme.replace("4.5x less", "4.6x less").replace("0.27", "0.28")
+    assert readme_unsourced(drifted, sources, {}) == [("The largest head puts 0.28 on", "0.28"),
+                                                      ("The largest head puts 0.28 on", "4.6x")]
+    assert readme_unsourced(drifted, sources, {"0.28": "x", "4.6x": "y"}) == []  # quoted, with a source
+    assert readme_unsourced("It is 0.27x smaller.", sources, {}) == [("It is 0.27x smaller.", "0.27x")]  # digits alone

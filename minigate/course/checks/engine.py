@@ -6,7 +6,8 @@ wrong shape, or the first output outside the tolerance with its largest error an
 raised inside the learner's function fails the case too (chained, so its traceback stays available), naming the
 case, its inputs' shapes and the exception's last line. Then:
 
-    passed                     -> prints `✓ <exercise>: passed (N cases)`, returns the learner's function
+    passed                     -> prints `✓ <exercise>: passed (N cases)` (or what `accepted` says: a prediction,
+                                  which cannot be wrong, is `recorded`), returns the learner's function
     wrong or raised            -> prints `✗ ...` with the hint and raises AssertionError
     raises NotImplementedError -> prints a one-line notice and returns the reference, so the rest of the lesson
                                   runs (how the untouched lessons pass nbval); in grading mode it fails instead:
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-PASSED_RE = re.compile(r"^✓ (\S+): passed \(\d+ cases?\)$", re.M)
+PASSED_RE = re.compile(r"^✓ (\S+): (?:passed \(\d+ cases?\)|recorded \([^()\n]*\))$", re.M)  # accepted
 NOT_ATTEMPTED_RE = re.compile(r"✗ (\S+): not attempted")
 GRADING_ENV = "MINIGATE_GRADING"
 NBGRADER_ENV = "NBGRADER_EXECUTION"  # "autograde" or "validate" while nbgrader runs a notebook
@@ -222,14 +223,15 @@ def _last_line(e: BaseException) -> str:
 def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequence[Case],
           mistakes: Sequence[Mistake] = (), atol: float = 1e-5, rtol: float = 1e-4, *,
           raises: Sequence[RaiseHint] = (), index_label: Callable | None = None,
-          explain: Callable | None = None, wrap: Callable | None = None) -> Callable:
+          explain: Callable | None = None, wrap: Callable | None = None, accepted: str | None = None) -> Callable:
     """Compare learner_fn with reference_fn on every case; see the module docstring for what it returns.
     mistakes: the exercise's typical mistakes (its lesson module's MISTAKES[name]), each a function with the learner's
     signature; raises: hints for exceptions the learner's function raises; index_label(index tuple) -> "step 81"
     names an element in the generic hint; explain(got, want) -> a hint or None, tried before the generic hints;
     wrap(f) -> the function of a case's arguments whose outputs are compared, for an exercise whose answer must be
     run or read first (it may raise Mismatch): applied alike to the learner's function, the reference and each
-    mistake, while the check still returns the learner's function or the reference itself."""
+    mistake, while the check still returns the learner's function or the reference itself; accepted: what the line
+    of an accepted answer says after the name, "recorded (...)" for an answer that cannot be wrong (PASSED_RE)."""
     tol = (atol, rtol)
     run = wrap or (lambda f: f)
     learner, reference = run(learner_fn), run(reference_fn)
@@ -262,7 +264,7 @@ def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequen
         hint = hint or (explain(got, want) if explain else None) or _structure_hint(got, want) \
             or _generic_hint(got, want, tol, index_label)
         _fail(f"✗ {name}, case {label}: {hint}")
-    print(f"✓ {name}: passed ({len(cases)} case{'s' if len(cases) != 1 else ''})")
+    print(f"✓ {name}: {accepted or f'passed ({len(cases)} case' + ('s' if len(cases) != 1 else '') + ')'}")
     return learner_fn
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 from einops import einsum, repeat
+from torch.overrides import TorchFunctionMode
 
-from .engine import Mistake, check, randn
+from .engine import Mismatch, Mistake, check, randn
 
 EXERCISES = ("causal_attention", "attention_with_null")  # its check cells, in the lesson's order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
@@ -19,10 +20,39 @@ MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, eac
 
 
 def reference_causal_attention(q, k, v):
-    """q (b, h, t, d), k and v (b, kv, t, d) -> (b, h, t, d); query head h reads kv head h // (h / kv)."""
+    """q (b, h, t, d), k and v (b, kv, t, d) -> (b, h, t, d); query head h reads kv head h // (h / kv). Computed
+    step by step in float64 (tests/test_lesson_01.py checks it against PyTorch's SDPA), so that the check can refuse
+    an answer that calls SDPA itself."""
     g = q.shape[1] // k.shape[1]
-    k, v = (repeat(x, "b kv t d -> b (kv g) t d", g=g) for x in (k, v))
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    k, v = (repeat(x.double(), "b kv t d -> b (kv g) t d", g=g) for x in (k, v))
+    T = q.shape[-2]
+    scores = (q.double() @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (b, h, query, key)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return (scores.softmax(-1) @ v).to(q.dtype)
+
+
+SDPA_HINT = ("your function calls F.scaled_dot_product_attention: the exercise asks for the steps themselves (repeat "
+             "k and v, the scores, the mask, the softmax, the weighted sum); the fused kernel is what the next cell "
+             "compares your function with")
+
+
+class _RefuseSDPA(TorchFunctionMode):
+    """While active, a call to PyTorch's fused attention raises Mismatch(SDPA_HINT), however it was imported
+    (F.scaled_dot_product_attention, torch.nn.functional's name imported alone, torch._C._nn's)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch._C._nn.scaled_dot_product_attention:
+            raise Mismatch(SDPA_HINT)
+        return func(*args, **(kwargs or {}))
+
+
+def _refusing_sdpa(fn: Callable) -> Callable:
+    """fn, run with PyTorch's fused attention refused (functools.wraps: the check still recognises fn's stub)."""
+    @functools.wraps(fn)
+    def guarded(*args):
+        with _RefuseSDPA():
+            return fn(*args)
+    return guarded
 
 
 def _attention(q, k, v, *, scale=True, diagonal=0, softmax_dim=-1, causal=True, kv_order="(kv g)"):
@@ -55,7 +85,8 @@ MISTAKES["causal_attention"] = [
 
 
 def causal_attention(fn: Callable) -> Callable:
-    """fn(q (b, h, t, d), k (b, kv, t, d), v (b, kv, t, d)) -> (b, h, t, d), checked against PyTorch's SDPA."""
+    """fn(q (b, h, t, d), k (b, kv, t, d), v (b, kv, t, d)) -> (b, h, t, d), checked against the step-by-step
+    reference; an answer that calls F.scaled_dot_product_attention fails with SDPA_HINT, as the lesson asks."""
     shapes = [(2, 4, 2, 6, 8), (1, 3, 3, 5, 4), (1, 6, 1, 4, 16), (1, 6, 3, 5, 4)]  # GQA, MHA, MQA, GQA of 2
     cases = [(f"b={b} h={h} kv={kv} t={t} d={d}", (randn(b, h, t, d, seed=3 * i), randn(b, kv, t, d, seed=3 * i + 1),
                                                    randn(b, kv, t, d, seed=3 * i + 2)))
@@ -63,8 +94,10 @@ def causal_attention(fn: Callable) -> Callable:
     raises = [(r"size of tensor|shape|must match",
                "k and v have n_kv_heads heads: repeat each kv head h // kv times on the head axis first, "
                "repeat(k, 'b kv t d -> b (kv g) t d', g=h // kv)")]
-    return check("causal_attention", fn, reference_causal_attention, cases, MISTAKES["causal_attention"],
-                 raises=raises)
+    guarded = _refusing_sdpa(fn)
+    out = check("causal_attention", guarded, reference_causal_attention, cases, MISTAKES["causal_attention"],
+                raises=raises)
+    return fn if out is guarded else out
 
 
 # ── a head with nothing to attend to: attention with a null key ──────────────────────────────────────

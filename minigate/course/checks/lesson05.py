@@ -133,8 +133,24 @@ MISTAKES["first_rest_ratio"] = [
 ]
 
 
+OWN_BOOTSTRAP_HINT = ("your ratio is right, your interval is not bootstrap_ci's: the check compares it with the exact "
+                      "resamples minigate.stats.bootstrap_ci(units, stat=..., seed=seed) draws, so a bootstrap of "
+                      "your own, even a correct one, draws others and gives another interval; draw them through "
+                      "bootstrap_ci")
+
+
+def _own_bootstrap(got, want):
+    """The hint for a right ratio with an interval from some other bootstrap (got, want: 3-tuples, as_tree'd)."""
+    if isinstance(got, tuple) and len(got) == 3 and all(isinstance(x, torch.Tensor) and x.numel() == 1 for x in got):
+        if torch.isclose(got[0].double().reshape(()), want[0].double(), atol=1e-6, rtol=1e-5):
+            return OWN_BOOTSTRAP_HINT
+    return None
+
+
 def first_rest_ratio(fn: Callable) -> Callable:
-    """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high); see reference_first_rest_ratio."""
+    """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high); see reference_first_rest_ratio. The
+    interval must be bootstrap_ci's own (the same resamples, from `seed`): another bootstrap, even a correct one, gets
+    OWN_BOOTSTRAP_HINT, which says so."""
     def prompts(seed, n, max_len):
         g = torch.Generator().manual_seed(seed)
         lengths = torch.randint(3, max_len + 1, (n,), generator=g).tolist()
@@ -149,4 +165,4 @@ def first_rest_ratio(fn: Callable) -> Callable:
              ("20 prompts of 3-30 tokens, seed 1", (prompts(1, 20, 30), 1)),
              ("3 prompts, seed 2", (prompts(2, 3, 8), 2))]
     return check("first_rest_ratio", fn, reference_first_rest_ratio, cases, MISTAKES["first_rest_ratio"],
-                 atol=1e-6, rtol=1e-5)
+                 atol=1e-6, rtol=1e-5, explain=_own_bootstrap)

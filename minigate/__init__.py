@@ -15,4 +15,4 @@ from .pretrained import from_pretrained, save_pretrained, save_tokenizer, shippe
 
 __all__ = ["ActivationCache", "ModelConfig", "Transformer", "export_qwen3_next", "from_pretrained", "get_act_name",
            "save_pretrained", "save_tokenizer", "shipped", "shipped_names", "shipped_run"]
-__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it ([tool.setuptools.dynamic])
+__version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it ([tool.setuptools.dynamic])

@@ -12,8 +12,8 @@ import nbformat
 
 # The GitHub repository (owner/name) and the release tag (or commit) that the badges open and the Colab set-up cell
 # installs. A fork changes this one line and runs `python -m minigate.course build`. REF is pinned: a later push to
-# the repository never changes what a learner's Colab runs; a release tags the commit (`git tag v0.1.0`) and sets it.
-REPOSITORY, REF = "minigate-course/minigate", "v0.1.0"
+# the repository never changes what a learner's Colab runs; a release tags the commit (`git tag v0.2.0`) and sets it.
+REPOSITORY, REF = "minigate-course/minigate", "v0.2.0"
 GPU_LESSONS = ("03", "07", "08")  # lessons that want a GPU: Colab opens them on a T4 runtime
 
 

@@ -36,10 +36,13 @@ def test_settings_cover_the_allocator_precision_and_compile(monkeypatch):
     report names as its baseline and its compile comparison do what their names say."""
     runs = {name: _what_a_worker_runs(name, monkeypatch) for name in bench_train.SETTINGS}
     assert set(runs.values()) == {(False, "fp32", False), (True, "fp32", False), (True, "bf16", False),
-                                  (True, "fp32", True)}
+                                  (True, "fp32", True), (True, "bf16", True)}
     assert runs["fp32, glibc's default allocator"] == (False, "fp32", False)
     assert runs["fp32, tuned allocator (default)"] == (True, "fp32", False)
     assert runs["fp32 + torch.compile, tuned"] == (True, "fp32", True)
+    assert runs["bf16 + torch.compile, tuned"] == (True, "bf16", True)
+    for compiled, eager in bench_train.COMPILED.items():  # each compiled contender is timed against its eager twin
+        assert runs[compiled][:2] == runs[eager][:2] and runs[compiled][2] and not runs[eager][2]
 
 
 @pytest.mark.parametrize("name", ["fp32, glibc's default allocator", "bf16 autocast, tuned allocator"])

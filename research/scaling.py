@@ -43,6 +43,7 @@ POINTS = {
           "3.7M parameters, 43.4M tokens"),
 }
 TRAIN = dict(precision="bf16", compile="true")  # every study run
+TRACKER = ("sink_rate_64", "f_attn_excess", "m_act")  # what a row keeps of the run's tracker (8 prose windows)
 # the queue, in order: (point, seed, variants). Length first (seed 0's trio), then the cheap size, then the rest
 QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, measure.NAMES), ("xs", 1, measure.NAMES),
          ("xs", 2, measure.NAMES), ("2x", 1, measure.NAMES), ("2x", 2, measure.NAMES),
@@ -102,7 +103,8 @@ def measured_row(point: str, seed: int, variant: str, prose) -> dict:
     return {"point": point, **row(seed, variant, got, path), "params": from_pretrained(path / "model").num_params(),
             "tokens": t["steps"] * step_tokens, "steps": t["steps"], "cpus": side.get("cpus"),
             "wall_s": round(side["wall_s"]) if "wall_s" in side else None,
-            "train_s": round(sum(step_tokens / r for r in history["tokens_per_s"]))}
+            "train_s": round(sum(step_tokens / r for r in history["tokens_per_s"])),
+            "tracker": [{k: m[k] for k in ("step", *TRACKER) if k in m} for m in history["metrics"]]}
 
 
 def write(rows: list[dict], prose) -> list[Path]:

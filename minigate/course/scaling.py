@@ -1,0 +1,173 @@
+"""What makes the gate's effect larger: the `code` recipe at other model sizes and training lengths, over seeds, and
+how far each is from the paper's gap (lesson 08).
+
+    pts = points()          # the settings measured, each with its seeds' rows (data/study, data/seeds)
+    print("\n".join(table(pts)))
+    figure(pts)             # each measure's baseline / gated ratio per setting, with the paper's as a line
+
+Where the rows come from: `research/scaling.py` trains and measures the study's points into data/study/<axis>.json;
+the recipe itself (`code`) is data/seeds/code.json, its GPU twin (`code-gpu`) data/seeds/code-gpu.json. Every model is
+measured by the shipped protocol (measure.PROTOCOL: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s T=64).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..model import Transformer
+from ..presets import PRESETS, model_config
+from ..pretrained import SHIPPED_DIR
+
+DATA = SHIPPED_DIR.parent  # data/
+MEASURES = {"sink_rate_64": "sink heads at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
+# the paper's ratios (Qiu et al., 2025, Table 4, 15B MoE: baseline / gated). It reports raw F-Attn, no sink heads
+PAPER = {"f_attn_excess": {"headwise": 0.467 / 0.073, "elementwise": 0.467 / 0.048},
+         "m_act": {"headwise": 1053 / 98, "elementwise": 1053 / 94}}
+GATED = ("headwise", "elementwise")
+
+
+@dataclass
+class Point:
+    """One setting: its rows by seed and variant (measure.PROTOCOL's numbers plus the run's facts)."""
+    name: str
+    about: str
+    seeds: dict[int, dict[str, dict]] = field(default_factory=dict)
+
+    def rows(self) -> list[dict]:
+        return [r for by_variant in self.seeds.values() for r in by_variant.values()]
+
+    def value(self, key: str) -> float | None:
+        """A fact every row shares (params of the baseline, tokens), or None."""
+        got = [r[key] for r in self.rows() if r.get(key) is not None and r["variant"] == "none"]
+        return got[0] if got else None
+
+    def ratios(self, gated: str, key: str) -> list[float]:
+        """baseline / gated of `key` for each seed with both models (inf where the gated model has none)."""
+        out = []
+        for rows in self.seeds.values():
+            if "none" in rows and gated in rows:
+                b, g = rows["none"][key], rows[gated][key]
+                out.append(b / g if g > 0 else math.inf)
+        return out
+
+
+def _read(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["rows"] if path.is_file() else []
+
+
+def points(data: Path = DATA) -> list[Point]:
+    """Every setting measured so far, smallest first: the study's sizes and lengths, the `code` recipe and its GPU
+    twin. A point with no rows yet is left out."""
+    study = {}
+    for path in sorted((Path(data) / "study").glob("*.json")):
+        doc = json.loads(path.read_text())
+        for r in doc["rows"]:
+            study.setdefault(r["point"], {"about": doc["points"][r["point"]]["about"], "rows": []})["rows"].append(r)
+    found = [(name, spec["about"], spec["rows"]) for name, spec in study.items()]
+    found.append(("code", "the recipe: 1.4M parameters, 16.4M tokens", _read(Path(data) / "seeds" / "code.json")))
+    found.append(("code-gpu", "6.2M parameters, 49M tokens, on an H200",
+                  _read(Path(data) / "seeds" / "code-gpu.json")))
+    out = []
+    for name, about, rows in found:
+        if rows:
+            p = Point(name, about)
+            for r in rows:
+                p.seeds.setdefault(r["seed"], {})[r["variant"]] = r
+            out.append(p)
+    return sorted(out, key=lambda p: (p.name == "code-gpu", _params(p), _tokens(p)))
+
+
+def _params(p: Point) -> float:
+    """The baseline's parameters: recorded in a study row, else counted from the recipe (the seeds' rows)."""
+    if p.value("params") is None:
+        with torch.device("meta"):  # shapes only, no memory
+            return Transformer(model_config(p.name)).num_params()
+    return p.value("params")
+
+
+def _tokens(p: Point) -> float:
+    if p.value("tokens") is None:
+        t = PRESETS[p.name].train
+        return t.steps * t.batch_size * t.seq_len * t.grad_accum
+    return p.value("tokens")
+
+
+def _span(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    lo, hi = min(xs), max(xs)
+    fmt = lambda x: "inf" if math.isinf(x) else f"{x:.1f}"  # noqa: E731
+    return f"{fmt(statistics.median(xs))}x ({fmt(lo)}-{fmt(hi)})" if len(xs) > 1 else f"{fmt(xs[0])}x"
+
+
+def table(pts: list[Point]) -> list[str]:
+    """One line per setting and gate: parameters, tokens, seeds, each measure's baseline / gated ratio (median over
+    the seeds and their range), the validation losses and the mean wall time per model where recorded."""
+    lines = [f"{'setting':9s} {'params':>6s} {'tokens':>6s} {'gate':11s} {'seeds':>5s} {'sink heads':>17s} "
+             f"{'F-Attn excess':>17s} {'M-Act':>17s} {'loss b -> g':>13s} {'min/model':>9s}"]
+    for p in pts:
+        for g in GATED:
+            n = len(p.ratios(g, "m_act"))
+            if not n:
+                continue
+            losses = [(rows["none"]["val_loss_code"], rows[g]["val_loss_code"]) for rows in p.seeds.values()
+                      if "none" in rows and g in rows]
+            walls = [r["wall_s"] / 60 for r in p.rows() if r.get("wall_s")]
+            lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
+                         + " ".join(f"{_span(p.ratios(g, k)):>17s}" for k in MEASURES)
+                         + f" {statistics.mean(b for b, _ in losses):6.3f}>{statistics.mean(x for _, x in losses):.3f}"
+                         + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}"))
+    return lines
+
+
+def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each seed a dot, the paper's ratio dashed"):
+    """Three panels, one per measure: the baseline / gated ratio at every setting (x: the settings in order, each
+    seed a dot, headwise and elementwise side by side, the median a bar), a gated model with no sink head drawn at
+    the top, and the paper's ratio (Table 4) as a dashed line where the paper reports one."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import COLORS
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+    for ax, (key, label) in zip(axes, MEASURES.items(), strict=True):
+        top = 1.0
+        for i, g in enumerate(GATED):
+            for x, p in enumerate(pts):
+                rs = p.ratios(g, key)
+                finite = [r for r in rs if math.isfinite(r)]
+                top = max([top, *finite])
+                xs = x + (i - 0.5) * 0.25
+                ax.scatter([xs] * len(finite), finite, s=14, color=COLORS[g], alpha=0.7,
+                           label=g if x == 0 else None)
+                if len(finite) < len(rs):
+                    ax.annotate("none left", (xs, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                                ha="center", va="top", color=COLORS[g])
+                if rs:
+                    ax.hlines(statistics.median(rs) if finite else top, xs - 0.1, xs + 0.1, color=COLORS[g], lw=2)
+            if key in PAPER:
+                ax.axhline(PAPER[key][g], color=COLORS[g], ls="--", lw=1, label=f"paper, {g}")
+        ax.axhline(1, color="gray", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(pts)), [p.name for p in pts], rotation=30)
+        ax.set(title=label, ylabel="baseline / gated")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    plt.close(fig)
+    return fig
+
+
+def tracked(rows: list[dict], key: str) -> list[tuple[int, float]]:
+    """(tokens seen, baseline / elementwise of `key`) along one seed's runs of a setting, from their trackers (8 prose
+    windows every eval_every steps), where both runs recorded that step."""
+    by = {r["variant"]: {m["step"]: m[key] for m in r.get("tracker", [])} for r in rows}
+    if "none" not in by or "elementwise" not in by:
+        return []
+    step_tokens = rows[0]["tokens"] / rows[0]["steps"]
+    steps = sorted(set(by["none"]) & set(by["elementwise"]))
+    return [(s * step_tokens, by["none"][s] / by["elementwise"][s]) for s in steps if by["elementwise"][s] > 0]

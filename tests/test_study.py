@@ -1,0 +1,82 @@
+"""The study of what makes the gate's effect larger (research/scaling.py -> data/study/<axis>.json, read by
+minigate.course.scaling): every row well-formed and measured by the shipped protocol, each seed's models alike, and
+the table and the figure drawn from them."""
+
+import json
+import math
+import shutil
+
+import pytest
+
+from minigate import measure
+from minigate.course import scaling
+
+STUDY = sorted((scaling.DATA / "study").glob("*.json"))
+ROW_KEYS = {"point", "seed", "variant", "name", "seq_len", "windows", "uniform", "f_attn", "f_attn_excess", "max_head",
+            "sink_rate_64", "max_head_64", "m_act", "val_loss_code", "corpus_sha256", "corpus_files", "precision",
+            "tokens_per_s", "params", "tokens", "steps", "cpus", "wall_s", "train_s", "tracker"}
+
+
+@pytest.mark.parametrize("path", STUDY, ids=[p.stem for p in STUDY])
+def test_every_study_row_is_well_formed_and_measured_as_the_shipped_models(path):
+    doc = json.loads(path.read_text())
+    shipped = measure.stored("code-baseline")["protocol"]
+    assert {k: doc["protocol"][k] for k in ("prose", "seq_len", "gu_seq_len", "sink_threshold", "function",
+                                            "windows", "windows_sha256")} == {
+        k: shipped[k] for k in ("prose", "seq_len", "gu_seq_len", "sink_threshold", "function", "windows",
+                                "windows_sha256")}
+    assert doc["rows"] and {r["point"] for r in doc["rows"]} <= set(doc["points"])
+    trios = {}
+    for r in doc["rows"]:
+        assert ROW_KEYS <= set(r), sorted(ROW_KEYS - set(r))
+        assert r["variant"] in measure.NAMES and r["windows"] == 75 and r["seq_len"] == 512
+        assert 0 <= r["sink_rate_64"] <= 1 and r["m_act"] > 0 and math.isfinite(r["val_loss_code"])
+        assert r["tracker"] and all({"step", "sink_rate_64", "m_act"} <= set(m) for m in r["tracker"])
+        trios.setdefault((r["point"], r["seed"]), []).append(r)
+    for (point, seed), rows in trios.items():  # like with like: one machine's corpus, one precision per seed
+        for key in ("corpus_sha256", "precision", "steps"):
+            assert len({json.dumps(r[key]) for r in rows}) == 1, f"{point} seed {seed}: its models differ in {key}"
+
+
+def _row(point, seed, variant, sink, excess, m_act, loss=2.0):
+    return {"point": point, "seed": seed, "variant": variant, "sink_rate_64": sink, "f_attn_excess": excess,
+            "m_act": m_act, "val_loss_code": loss, "params": 1377664, "tokens": 32768000, "steps": 8000,
+            "wall_s": 600,
+            "tracker": [{"step": s, "sink_rate_64": sink, "f_attn_excess": excess, "m_act": m_act * s / 2000}
+                        for s in (500, 1000, 2000)]}
+
+
+@pytest.fixture
+def crafted(tmp_path):
+    """A data/ folder with one study point of two seeds (seed 1's elementwise model has no sink head left)."""
+    (tmp_path / "study").mkdir()
+    rows = [_row("2x", s, v, *vals) for s, (b, e) in enumerate([((0.5, 0.1, 100), (0.25, 0.02, 25)),
+                                                                  ((0.375, 0.08, 80), (0.0, 0.02, 40))])
+            for v, vals in (("none", b), ("elementwise", e))]
+    (tmp_path / "study" / "length.json").write_text(json.dumps(
+        {"points": {"2x": {"about": "twice the tokens"}}, "rows": rows}))
+    shutil.copytree(scaling.DATA / "seeds", tmp_path / "seeds")
+    return tmp_path
+
+
+def test_points_ratios_and_the_table(crafted):
+    pts = scaling.points(crafted)
+    assert [p.name for p in pts] == ["code", "2x", "code-gpu"]  # by size, then tokens; the GPU recipe last
+    two = pts[1]
+    assert two.ratios("elementwise", "m_act") == [4.0, 2.0] and two.ratios("headwise", "m_act") == []
+    assert two.ratios("elementwise", "sink_rate_64") == [2.0, math.inf]  # none left: no finite ratio
+    lines = scaling.table(pts)
+    row = next(line for line in lines if line.startswith("2x") and "elementwise" in line)
+    assert "2.0x (2.0-inf)" not in row and "inf" in row and "3.0x (2.0-4.0)" in row and " 10" in row  # 600 s
+    assert not any(line.startswith("2x") and "headwise" in line for line in lines)
+    assert scaling.tracked(list(pts[1].seeds[0].values()), "m_act") == [(s * 4096, 4.0) for s in (500, 1000, 2000)]
+
+
+def test_the_figure_has_a_panel_per_measure_and_the_papers_ratios(crafted):
+    fig = scaling.figure(scaling.points(crafted))
+    assert [ax.get_title() for ax in fig.axes] == list(scaling.MEASURES.values())
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["code", "2x", "code-gpu"]
+    dashed = {round(line.get_ydata()[0], 2) for ax in fig.axes[1:] for line in ax.lines if line.get_linestyle() == "--"}
+    assert dashed == {round(v, 2) for k in ("f_attn_excess", "m_act") for v in scaling.PAPER[k].values()}
+    assert not any(line.get_linestyle() == "--" for line in fig.axes[0].lines)  # the paper reports no sink heads
+    assert any(t.get_text() == "none left" for t in fig.axes[0].texts)

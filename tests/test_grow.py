@@ -195,6 +195,9 @@ def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
         shipped = next(line for line in lines if line.startswith(f"shipped  code-{name} "))
         yours = next(line for line in lines if line.startswith(f"yours    yours-{name} "))
         assert shipped.split()[2:] == yours.split()[2:] and " / 16 " in yours  # the same weights, the same numbers
+    for variant, name in measure.NAMES.items():  # measured once, stored beside each run (and copied with it)
+        stored = json.loads((grow.folder(variant) / "measurements.json").read_text())
+        assert stored["name"] == f"yours-{name}" and stored["protocol"]["windows"] == 75
     ratios = [line.split(":", 1)[1] for line in lines if line.startswith(("shipped:", "yours:"))]
     assert len(ratios) == 2 and ratios[0] == ratios[1]
     assert "(data/seeds/code.json)" in text and "seed 0's value (the shipped models)" in text

@@ -49,7 +49,8 @@ CPU_RECIPE = "code"  # the shipped models' recipe (docs/gpu.md, README: its time
 RECIPES = (GPU_RECIPE, CPU_RECIPE)  # what find_grown looks for
 SHOWN = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
 DRIVE = Path("/content/drive")  # where Colab mounts Google Drive
-KEPT = ("model", "run.json", "history.json")  # what keep= copies of each finished run (not its checkpoint)
+KEPT = ("model", "run.json", "history.json", "measurements.json")  # what keep= copies of a finished run (not its
+# checkpoint); measurements.json once compare() has measured it
 
 
 def drive_folder() -> Path:
@@ -208,7 +209,7 @@ class Grow:
             part = dst.with_name(dst.name + ".part")  # a copy cut short (the runtime ended) is never taken for one
             shutil.rmtree(part, ignore_errors=True)
             part.mkdir(parents=True)
-            for name in KEPT:
+            for name in (n for n in KEPT if (src / n).exists()):
                 (shutil.copytree if (src / name).is_dir() else shutil.copy2)(src / name, part / name)
             shutil.rmtree(dst, ignore_errors=True)
             part.rename(dst)
@@ -268,6 +269,10 @@ class Grow:
         yours = self.measure(prose, device)
         if yours is None:
             return ""
+        for v, row in yours.items():  # beside each run, and in the kept copy (lesson 04 reads it on another runtime)
+            for folder in (self.folder(v), *([self.keep / NAMES[v]] if self.keep else [])):
+                if folder.is_dir():
+                    measure.write_measurements(folder, row, prose)
         n = self.n_heads()
         trios = {"yours": yours}
         if measure.shipped_variants(self.preset) == list(NAMES):

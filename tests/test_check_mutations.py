@@ -17,7 +17,8 @@ from minigate.course.checks import lesson03 as l3
 from minigate.course.checks import lesson04 as l4
 from minigate.course.checks import lesson05 as l5
 from minigate.course.checks import lesson08 as l8
-from minigate.analysis import uniform_first_token_share
+from minigate.analysis import attention_sink, uniform_first_token_share
+from minigate.stats import t_quantile
 
 # what each check returns for a stub: its reference
 REFERENCES = {name: getattr(checks, f"reference_{name}", None) for name in checks.EXERCISES}
@@ -133,6 +134,80 @@ def _forbid_with_none_as_head(model, layer, head=None):  # lesson 01's one-head 
     return [(f"blocks.{layer}.attn.hook_pattern", hook)]
 
 
+def _interval_of(counts, level):  # the right t interval of a list of counts (the reference's own arithmetic)
+    x = torch.tensor(counts, dtype=torch.float64)
+    half = t_quantile((1 + level) / 2, len(counts) - 1) * x.std().item() / math.sqrt(len(counts))
+    return x.mean().item(), x.mean().item() - half, x.mean().item() + half
+
+
+def _counts_by_package(models, rows):
+    return [attention_sink(m, rows).n_sink_heads for m in models]
+
+
+def _interval_only(models, rows, level=0.95):  # the interval without the counts
+    return l3.reference_sink_head_interval(models, rows, level)[1:]
+
+
+def _counts_as_bools(models, rows, level=0.95):  # "has a sink head" per seed, not how many
+    counts, *interval = l3.reference_sink_head_interval(models, rows, level)
+    return [c > 0 for c in counts], *interval
+
+
+def _threshold_half(models, rows, level=0.95):  # 0.5, not Gu et al.'s 0.3: the mild sink heads (0.42) go uncounted
+    counts = [int((attention_sink(m, rows).share > 0.5).sum()) for m in models]
+    return counts, *_interval_of(counts, level)
+
+
+def _refuses_two_seeds(models, rows, level=0.95):  # `< 3` for `< 2`: two seeds do give an interval (a wide one)
+    if len(models) < 3:
+        raise ValueError("one seed gives no interval: train more seeds")
+    return l3.reference_sink_head_interval(models, rows, level)
+
+
+def _one_count_for_all(models, rows, level=0.95):  # the counts added up over the seeds
+    counts, *interval = l3.reference_sink_head_interval(models, rows, level)
+    return [sum(counts)], *interval
+
+
+def _t_by_series(p, df):  # Student's t quantile another way: bisection on the closed-form CDF of a whole df
+    def two_sided(t):  # P(|T| <= t), Abramowitz & Stegun 26.7.3-4
+        theta = math.atan(t / math.sqrt(df))
+        c2, term, total = math.cos(theta) ** 2, 1.0, 0.0
+        if df % 2 == 0:
+            for k in range(df // 2):
+                total, term = total + term, term * c2 * (2 * k + 1) / (2 * k + 2)
+            return math.sin(theta) * total
+        term = math.cos(theta)
+        for k in range((df - 1) // 2):
+            total, term = total + term, term * c2 * (2 * k + 2) / (2 * k + 3)
+        return 2 / math.pi * (theta + math.sin(theta) * total)
+    lo, hi = 0.0, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if two_sided(mid) < 2 * p - 1 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _interval_by_series(models, rows, level=0.95):  # a correct answer: the package's count, its own t
+    counts = _counts_by_package(models, rows)
+    n = len(counts)
+    if n < 2:
+        raise ValueError("need at least two seeds")
+    mean = sum(counts) / n
+    s = math.sqrt(sum((c - mean) ** 2 for c in counts) / (n - 1))
+    half = _t_by_series((1 + level) / 2, n - 1) * s / math.sqrt(n)
+    return counts, mean, mean - half, mean + half
+
+
+def _interval_as_tensors(models, rows, level=0.95):  # a correct answer: counts a tensor, the rest 0-d tensors
+    counts = torch.tensor(_counts_by_package(models, rows))
+    if len(counts) < 2:
+        raise ValueError("one seed gives no interval: train more seeds")
+    x = counts.double()
+    half = t_quantile((1 + level) / 2, len(x) - 1) * x.std() / len(x) ** 0.5
+    return counts, x.mean(), x.mean() - half, x.mean() + half
+
+
 ref = {name: REFERENCES[name] for name in checks.EXERCISES}
 
 # wrong answers besides each check's typical mistakes (checks.MISTAKES): ones that earn a hint for a wrong structure
@@ -166,6 +241,11 @@ OTHER_WRONG_ANSWERS = [
     ("bos_tracker", "a tuple, not a dict",
      lambda t: lambda *a: tuple(l3.reference_bos_tracker(t)(*a).values()), "returns a dict of numbers"),
     ("bos_tracker", "the callback not returned", lambda t: None, "it returns the callback function"),
+    ("sink_head_interval", "the interval only", _interval_only, "return four things, (counts, mean, low, high)"),
+    ("sink_head_interval", "a bool per seed", _counts_as_bools, "counts[0]: expected a number, got a bool"),
+    ("sink_head_interval", "threshold 0.5", _threshold_half, "models[0] has 2 sink heads, yours counts 1"),
+    ("sink_head_interval", "two seeds refused", _refuses_two_seeds, "your function raised ValueError: one seed"),
+    ("sink_head_interval", "one count for all seeds", _one_count_for_all, "counts: one number per model"),
     ("bos_noop_test", "query head indexes hook_v", _noop_query_head_as_value_head, "value head"),
     ("bos_noop_test", "ratio only", lambda *a: l4._bos_noop_test(*a)[0], None),
     ("locate_massive", "values only", lambda c, n: l4._locate_massive(c, n)[0], "2 outputs"),
@@ -257,6 +337,26 @@ def test_every_other_wrong_answer_fails_with_its_hint(name, label, wrong, hint, 
 def test_the_reference_passes(name, capsys):
     assert getattr(checks, name)(ref[name]) is ref[name]
     assert checks.PASSED_RE.fullmatch(capsys.readouterr().out.strip())
+
+
+# correct answers written otherwise than the reference: each must pass
+OTHER_RIGHT_ANSWERS = [
+    ("sink_head_interval", "the package's count and t from the closed-form CDF", _interval_by_series),
+    ("sink_head_interval", "tensors for counts and numbers", _interval_as_tensors),
+]
+
+
+@pytest.mark.parametrize("name, label, right", OTHER_RIGHT_ANSWERS,
+                         ids=[f"{m[0]}: {m[1]}" for m in OTHER_RIGHT_ANSWERS])
+def test_a_correct_answer_written_otherwise_passes(name, label, right, capsys):
+    assert getattr(checks, name)(right) is right
+    assert checks.PASSED_RE.fullmatch(capsys.readouterr().out.strip())
+
+
+def test_the_closed_form_t_agrees_with_t_quantile():
+    for df in (1, 2, 3, 4, 9):
+        for p in (0.95, 0.975, 0.995):
+            assert _t_by_series(p, df) == pytest.approx(t_quantile(p, df), rel=1e-9)
 
 
 @pytest.mark.parametrize("name", checks.EXERCISES)

@@ -126,3 +126,20 @@ def test_a_not_implemented_error_from_a_library_is_a_failed_case_not_a_stub(caps
     with pytest.raises(AssertionError, match="raised NotImplementedError.* inside a library it calls"):
         checks.causal_attention(grouped)
     assert checks.not_implemented_notice("causal_attention") not in capsys.readouterr().out
+
+
+def test_sink_head_interval_counts_as_attention_sink_and_its_hooks_leave_no_trace():
+    """Lesson 03: the reference counts each model's sink heads as the package's attention_sink(...).n_sink_heads does,
+    on models with random weights (no hook) and on the check's models, whose hook on the scores stays on through
+    run_with_cache and run_with_hooks."""
+    from minigate.course.checks import lesson03 as l3
+
+    tokens = l3._tokens(0, 4, 12)
+    plain = [l3._tracker_model(seed) for seed in range(4)]  # weights of 0.3: heads spread around the threshold
+    counts, mean, low, high = checks.reference_sink_head_interval(plain, tokens)
+    assert counts == [attention_sink(m, tokens).n_sink_heads for m in plain] and low <= mean <= high
+    hooked = l3._sink_model(["Smuq", "qqqS"])
+    for _ in range(2):  # the same every time: run_with_cache removes only its own hooks
+        share = attention_sink(hooked, tokens).share
+        assert checks.reference_sink_head_interval([hooked, hooked], tokens)[0] == [3, 3]
+    assert share[0, 0] > 0.98 and share[1, :3].max() < 0.09 and 0.41 < share[0, 1] < 0.43

@@ -1,7 +1,9 @@
-"""Lesson 03's check, bos_tracker: the reference passes, other correct callbacks pass, a wrong share no typical mistake
+"""Lesson 03's checks. bos_tracker: the reference passes, other correct callbacks pass, a wrong share no typical mistake
 explains gets the generic hint, a stub falls back, and the reference records in train() what the package's
-attention_sink measures. That each typical mistake earns its hint is tests/test_check_mutations.py's, for every
-check."""
+attention_sink measures. sink_head_interval: minigate.stats.t_quantile against the tables, the check's models clear of
+the threshold, the reference's interval, a correct answer written otherwise, the hints for a wrong count and a wrong
+interval, and the count of trained models. That each typical mistake earns its hint is tests/test_check_mutations.py's,
+for every check."""
 
 import dataclasses
 
@@ -10,9 +12,11 @@ import torch
 
 import minigate
 from minigate import data
-from minigate.analysis import attention_sink
+from minigate.analysis import SINK_THRESHOLD, attention_sink, uniform_first_token_share
 from minigate.course import checks
+from minigate.course.checks import lesson03 as l3
 from minigate.presets import PRESETS, model_config
+from minigate.stats import t_quantile
 from minigate.train import train
 
 
@@ -65,3 +69,119 @@ def test_in_train_it_records_what_attention_sink_measures():
     assert abs(last["bos_share"] - share.max().item()) < 1e-6
     assert (last["layer"], last["head"]) == divmod(int(share.argmax()), share.shape[1])
     assert all(type(last[k]) is int for k in ("layer", "head")) and type(last["bos_share"]) is float
+
+
+# ── exercise 2: sink heads over seeds, with a t interval ──────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("p, df, want", [(0.975, 1, 12.7062047), (0.975, 3, 3.1824463), (0.975, 5, 2.5705818),
+                                         (0.975, 30, 2.0422725), (0.95, 2, 2.9199856), (0.995, 1, 63.6567412),
+                                         (0.9995, 1, 636.6192488), (0.975, 4, 2.7764451), (0.75, 10, 0.6998121)])
+def test_t_quantile_matches_the_tables(p, df, want):
+    assert t_quantile(p, df) == pytest.approx(want, abs=1e-6)
+    assert t_quantile(1 - p, df) == pytest.approx(-want, abs=1e-6)  # symmetric
+
+
+def test_t_quantile_is_exact_where_the_t_distribution_has_a_closed_form():
+    """df = 1 is the Cauchy distribution, tan(pi (p - 1/2)); df = 2 has t = (2p - 1) sqrt(2 / (4 p (1 - p)))."""
+    import math
+
+    for p in (0.55, 0.8, 0.9, 0.975, 0.999):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-10)
+        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p))), rel=1e-10)
+    assert t_quantile(0.5, 7) == 0.0
+    assert t_quantile(0.975, 1e7) == pytest.approx(1.959964, abs=1e-5)  # the normal's, in the limit
+
+
+@pytest.mark.parametrize("p, df", [(0.975, 0), (0.975, -1), (1.0, 3), (0.0, 3), (0.975, float("inf")), (0.975, True)])
+def test_t_quantile_refuses_what_has_no_quantile(p, df):
+    with pytest.raises(ValueError, match="t_quantile"):
+        t_quantile(p, df)
+    try:
+        t_quantile(p, df)
+    except ValueError as e:  # the check tells a learner's own refusal of one seed from the library's by this
+        assert "seed" not in str(e)
+
+
+def test_the_check_models_keep_every_head_and_every_mean_clear_of_the_threshold():
+    """The hook sets each head's share exactly (no training, the same on every CPU); none, and no model's mean over
+    heads (the 'threshold on the mean' mistake), lies within 0.04 of 0.3. The counts vary from seed to seed, so that s
+    is never 0, and the 'mean over heads' and 'one layer' mistakes give other counts."""
+    for j, (label, kinds, options, _) in enumerate(l3.SINK_CASES):
+        rows = l3._rows(j)
+        counts = []
+        for i, k in enumerate(kinds):
+            share = attention_sink(l3._sink_model(k, seed=i, **options), rows).share
+            assert ((share - SINK_THRESHOLD).abs() > 0.04).all(), (label, k, share)
+            assert abs(share.mean().item() - SINK_THRESHOLD) > 0.04, (label, k)
+            counts.append(int((share > SINK_THRESHOLD).sum()))
+        assert counts == [sum(c in "Sm" for c in "".join(k)) for k in kinds]
+        if len(counts) > 1:
+            assert len(set(counts)) > 1, label
+    assert uniform_first_token_share(12) < SINK_THRESHOLD - 0.04  # "u": uniform attention over 12 positions
+
+
+def test_the_interval_reference_is_the_t_interval():
+    import math
+
+    models = [l3._sink_model(k, seed=i) for i, k in enumerate(l3.SINK_CASES[0][1])]
+    counts, mean, low, high = checks.reference_sink_head_interval(models, l3._rows(0))
+    assert counts == [2, 3, 7] and mean == pytest.approx(4.0)
+    s = math.sqrt(((2 - 4) ** 2 + (3 - 4) ** 2 + (7 - 4) ** 2) / 2)
+    assert high - mean == pytest.approx(mean - low) == pytest.approx(4.3026527 * s / math.sqrt(3), rel=1e-7)
+    with pytest.raises(ValueError, match="one seed gives no interval: train more seeds"):
+        checks.reference_sink_head_interval(models[:1], l3._rows(0))
+
+
+def test_sink_head_interval_on_attention_sink_passes(capsys):
+    """A correct answer written otherwise: the package's count, statistics' mean and stdev."""
+    import math
+    import statistics
+
+    def through_the_package(models, rows, level=0.95):
+        counts = [attention_sink(m, rows).n_sink_heads for m in models]
+        if len(counts) < 2:
+            raise ValueError("train at least two seeds")
+        m, s = statistics.mean(counts), statistics.stdev(counts)
+        half = t_quantile(0.5 + level / 2, len(counts) - 1) * s / math.sqrt(len(counts))
+        return counts, m, m - half, m + half
+    assert checks.sink_head_interval(through_the_package) is through_the_package
+    assert "✓ sink_head_interval: passed (4 cases)" in capsys.readouterr().out
+
+
+def test_sink_head_interval_stub_falls_back_and_unrecognised_wrong_answers_get_hints(capsys):
+    def stub(models, rows, level=0.95):
+        raise NotImplementedError()
+    assert checks.sink_head_interval(stub) is checks.reference_sink_head_interval
+
+    def threshold_half(models, rows, level=0.95):  # a threshold of 0.5: the mild sink heads (0.42) go uncounted
+        counts = [int((attention_sink(m, rows).share > 0.5).sum()) for m in models]
+        return counts, *l3._sink_head_interval(models, rows, level)[1:]
+
+    def half_as_wide(models, rows, level=0.95):  # right counts, an interval no mistake of the table explains
+        counts, mean, low, high = l3.reference_sink_head_interval(models, rows, level)
+        return counts, mean, mean - (mean - low) / 2, mean + (high - mean) / 2
+
+    capsys.readouterr()
+    with pytest.raises(AssertionError):
+        checks.sink_head_interval(threshold_half)
+    assert "models[0] has 2 sink heads, yours counts 1:" in capsys.readouterr().out  # the first wrong count
+    with pytest.raises(AssertionError):
+        checks.sink_head_interval(half_as_wide)
+    assert "at low (yours is higher)" in capsys.readouterr().out  # the generic hint, its largest error named
+
+
+def test_sink_head_interval_in_the_lesson_counts_what_attention_sink_counts():
+    """A few copy-task steps of two seeds: the reference counts each trained model's sink heads as n_sink_heads does."""
+    cfg = dataclasses.replace(PRESETS["copy"].train, steps=6, warmup_steps=2, eval_every=6, eval_batches=1,
+                              device="cpu")
+    rows = data.task_rows("copy", 256, cfg.seq_len, 130, seed=1)
+    probe = rows[:8, :-1]
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = minigate.Transformer(model_config("copy", "elementwise"))
+        train(model, rows, rows, dataclasses.replace(cfg, seed=seed), progress=False)
+        models.append(model.eval())
+    counts, mean, low, high = checks.reference_sink_head_interval(models, probe)
+    assert counts == [attention_sink(m, probe).n_sink_heads for m in models]
+    assert all(type(c) is int for c in counts) and low <= mean <= high

@@ -13,7 +13,7 @@ from .engine import (GRADING_ENV, NOT_ATTEMPTED_RE, PASSED_RE, Mismatch, check, 
 from .lesson01 import attention_with_null, causal_attention, reference_attention_with_null, reference_causal_attention
 from .lesson02 import (g1_gate, head_output_by_part, nonlinear_share, reference_g1_gate, reference_head_output_by_part,
                        reference_nonlinear_share, reference_split_q_proj, split_q_proj)
-from .lesson03 import bos_tracker, reference_bos_tracker
+from .lesson03 import bos_tracker, reference_bos_tracker, reference_sink_head_interval, sink_head_interval
 from .lesson04 import (bos_noop_test, bos_share_by_part, locate_massive, reference_bos_noop_test,
                        reference_bos_share_by_part, reference_locate_massive)
 from .lesson05 import first_rest_ratio, gate_by_phase, reference_first_rest_ratio, reference_gate_by_phase
@@ -32,7 +32,7 @@ __all__ = [
     "EXERCISES", "GRADING_ENV", "LESSONS", "MISTAKES", "NOT_ATTEMPTED_RE", "PASSED_RE", "Mismatch", "check",
     "grading", "not_attempted_message", "not_implemented_notice",
     "causal_attention", "attention_with_null", "g1_gate", "head_output_by_part", "split_q_proj", "nonlinear_share",
-    "bos_tracker", "locate_massive", "bos_noop_test", "bos_share_by_part",
+    "bos_tracker", "sink_head_interval", "locate_massive", "bos_noop_test", "bos_share_by_part",
     "gate_by_phase",
     "first_rest_ratio",
     "gate_override", "predict_bos_cost", "forbid_bos", "first_token_excess", "prediction_spread", "qwen3_next_q_proj",
@@ -43,5 +43,6 @@ __all__ = [
     "reference_head_output_by_part", "reference_nonlinear_share", "reference_locate_massive",
     "reference_prediction_spread", "reference_predict_bos_cost",
     "reference_qwen3_next_q_proj", "reference_gate_by_phase", "reference_bos_tracker",
+    "reference_sink_head_interval",
     "reference_split_q_proj",
 ]

@@ -256,8 +256,9 @@ def head_conditions(model, first_layers: int = 3, value: float = 0.0) -> dict[st
             for L in check_gated(model)[:first_layers] for h in range(check_gate_heads(model))}
 
 
-# the paper's released 1B models (official-checkpoints.md) and the 1B analysis' chunks: 50 WikiText-2 chunks of 512
-PAPER = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
+# the setup the 1B ablations were published on: the paper's released 1B models' shape (official-checkpoints.md) and the
+# 1B analysis' chunks, 50 WikiText-2 chunks of 512 tokens (forward_flops' arguments)
+PUBLISHED_SETUP = dict(params=1.7e9, n_layers=28, n_heads=16, head_dim=128, n_chunks=50, chunk_len=512)
 
 
 def n_published_conditions(n_layers: int, n_heads: int, first_layers: int = 3) -> int:

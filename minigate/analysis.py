@@ -76,6 +76,9 @@ class SinkStats:
 class ActivationStats:
     max_abs: torch.Tensor  # (layer,): max |x| of the residual stream after each block
     where: torch.Tensor  # (layer, 3): (prompt, position, dimension) of that max
+    per_window: torch.Tensor | None = None  # (window, layer): each window's own max |x| after each block
+    # (layer, window, pos, d_model): the residual stream after each block, kept when asked for (residuals=True)
+    resid: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def m_act(self) -> float:
@@ -86,18 +89,31 @@ class ActivationStats:
     def peak(self) -> float:
         return self.max_abs.max().item()
 
+    @property
+    def peak_to_median(self) -> torch.Tensor:
+        """(layer,): each layer's largest |residual-stream value| divided by the median |value| of that layer over all
+        windows, positions and dimensions: Sun et al.'s (2024) yardstick for a massive activation, which they find
+        hundreds to thousands of times the median. Needs the residual stream (measured with residuals=True)."""
+        if self.resid is None:
+            raise ValueError("these ActivationStats kept no residual stream; measure with residuals=True")
+        a = self.resid.abs().float().flatten(1)  # (layer, every value)
+        return a.max(1).values / a.median(1).values
+
 
 class _Recorder:
     """Forward hooks that collect, window batch by window batch, each (layer, head)'s mean first-token share per
-    window (over the first q query positions, for each q in `queries`; None: all of them) and each layer's largest
-    |residual| with where it sits: what attention_sink, massive_activations and published_measures report."""
+    window (over the first q query positions, for each q in `queries`; None: all of them), each window's and each
+    layer's largest |residual| with where it sits, and, with `residuals`, the residual stream itself: what
+    attention_sink, massive_activations and published_measures report."""
 
-    def __init__(self, model, n_windows: int, queries=(None,)):
+    def __init__(self, model, n_windows: int, queries=(None,), residuals: bool = False):
         n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
         self.offset = 0  # windows recorded so far
         self.shares = {q: torch.zeros(n_windows, n_layers, n_heads, dtype=torch.float64) for q in queries}
         self.best = torch.full((n_layers,), -1.0)
         self.where = torch.zeros(n_layers, 3, dtype=torch.long)
+        self.per_window = torch.zeros(n_windows, n_layers)
+        self.kept = [[] for _ in range(n_layers)] if residuals else None  # each layer's (batch, pos, d_model) tensors
 
     def pattern(self, pattern, hook):  # pattern (batch, head, query, key): keep only what we need
         for q, share in self.shares.items():
@@ -105,13 +121,16 @@ class _Recorder:
 
     def resid(self, resid, hook):  # resid (batch, pos, d_model)
         layer, a = hook.layer, resid.abs().float()
+        self.per_window[self.offset:self.offset + a.shape[0], layer] = a.amax((1, 2)).cpu()
         value, flat = a.flatten().max(0)
         if value.item() > self.best[layer]:
             self.best[layer] = value.item()
             b, p, d = torch.unravel_index(flat, a.shape)
             self.where[layer] = torch.tensor([self.offset + b.item(), p.item(), d.item()])
+        if self.kept is not None:
+            self.kept[layer].append(resid.detach().cpu())
 
-    def run(self, model, tokens: torch.Tensor, batch_size: int, sinks: bool = True, acts: bool = True):
+    def measure(self, model, tokens: torch.Tensor, batch_size: int, sinks: bool = True, acts: bool = True):
         """One forward pass per batch of windows, with the hooks asked for."""
         hooks = ([(lambda name: name.endswith("hook_pattern"), self.pattern)] if sinks else []) + (
             [(lambda name: name.endswith("hook_resid_post"), self.resid)] if acts else [])
@@ -125,35 +144,22 @@ class _Recorder:
         return SinkStats(share=per_prompt.mean(0).float(), per_prompt=per_prompt.float())
 
     def act(self) -> ActivationStats:
-        return ActivationStats(max_abs=self.best, where=self.where)
+        resid = None if self.kept is None else torch.stack([torch.cat(k) for k in self.kept])
+        return ActivationStats(max_abs=self.best, where=self.where, per_window=self.per_window, resid=resid)
 
 
 @torch.no_grad()
 def attention_sink(model, tokens: torch.Tensor, batch_size: int = 16) -> SinkStats:
     """First-token attention share of every (layer, head) on `tokens` (batch, pos), bos at position 0."""
-    return _Recorder(model, tokens.shape[0]).run(model, tokens, batch_size, acts=False).sink()
+    return _Recorder(model, tokens.shape[0]).measure(model, tokens, batch_size, acts=False).sink()
 
 
 @torch.no_grad()
-def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16) -> ActivationStats:
-    """Largest absolute residual-stream value output by each layer, and where it sits."""
-    return _Recorder(model, tokens.shape[0]).run(model, tokens, batch_size, sinks=False).act()
-
-
-@torch.no_grad()
-def peak_to_median(model, tokens: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
-    """(layer,): each layer's largest |residual-stream value| (hook_resid_post) divided by the median |value| of that
-    layer over all windows, positions and dimensions: Sun et al.'s (2024) yardstick for a massive activation, which
-    they find hundreds to thousands of times the median."""
-    magnitudes: dict[int, list[torch.Tensor]] = {}
-
-    def keep(resid, hook):  # resid (batch, pos, d_model)
-        magnitudes.setdefault(hook.layer, []).append(resid.detach().abs().float().flatten().cpu())
-
-    for batch in _batches(tokens, batch_size):
-        model.run_with_hooks(batch.to(model.device), fwd_hooks=[(lambda n: n.endswith("hook_resid_post"), keep)])
-    a = [torch.cat(magnitudes[layer]) for layer in sorted(magnitudes)]
-    return torch.stack([x.max() / x.median() for x in a])
+def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16, residuals: bool = False) -> ActivationStats:
+    """Largest absolute residual-stream value output by each layer, and where it sits; with `residuals`, the residual
+    stream itself too (ActivationStats.resid, .peak_to_median)."""
+    rec = _Recorder(model, tokens.shape[0], residuals=residuals)
+    return rec.measure(model, tokens, batch_size, sinks=False).act()
 
 
 @dataclass
@@ -162,6 +168,7 @@ class Measures:
     with its protocol (these names are measurements.json's keys and the tracker's), and the stats behind them."""
     seq_len: int  # T, tokens per window
     windows: int  # how many windows
+    heads: int  # attention heads in the model: layers x heads per layer
     uniform: float  # F-Attn of a head attending uniformly to all earlier positions, at T
     f_attn: float  # the paper's F-Attn at T: mean first-token share, averaged over heads, then layers
     f_attn_excess: float  # f_attn - uniform
@@ -169,8 +176,10 @@ class Measures:
     max_head: float  # the largest head's mean first-token share at T
     max_head_at: list  # [layer, head] of that head
     sink_rate: float  # share of heads above SINK_THRESHOLD at T
-    f_attn_64: float | None  # the same three on the windows' first GU_LEN tokens: Gu et al.'s protocol (a head is a
-    sink_rate_64: float | None  # sink head when its mean first-token share exceeds 0.3); None when T <= GU_LEN
+    sink_heads: int  # how many heads are above it: sink_rate * heads
+    f_attn_64: float | None  # the same on the windows' first GU_LEN tokens: Gu et al.'s protocol (a head is a sink
+    sink_rate_64: float | None  # head when its mean first-token share exceeds 0.3); None when T <= GU_LEN
+    sink_heads_64: int | None
     max_head_64: float | None
     m_act: float  # the paper's M-Act: each layer's max |residual|, averaged over layers (at T)
     max_act: float  # the largest |residual| of all
@@ -181,32 +190,40 @@ class Measures:
 
     def numbers(self) -> dict:
         """Every field but the stats: what measurements.json and the tracker store."""
-        return {f.name: getattr(self, f.name) for f in fields(Measures) if f.name not in ("sink", "sink_64", "act")}
+        return {f.name: getattr(self, f.name) for f in fields(Measures) if f.name not in STATS}
+
+
+STATS = ("sink", "sink_64", "act")  # the fields of Measures that hold tensors, not numbers
 
 
 @torch.no_grad()
-def published_measures(model, tokens: torch.Tensor, batch_size: int = 16) -> Measures:
+def published_measures(model, tokens: torch.Tensor, batch_size: int = 16, residuals: bool = False) -> Measures:
     """Measures of a model on held-out windows `tokens` (batch, T), <bos> first, in one forward pass per batch: the
     shares at T and at Gu et al.'s T=64 come from the same attention patterns (attention is causal, so a window's
-    first 64 queries see what a window of 64 tokens would show them), M-Act from the same pass's residual stream.
-    The tracker (sink_tracker), minigate.measure and the lessons measure with this one function."""
+    first 64 queries see what a window of 64 tokens would show them), M-Act from the same pass's residual stream, which
+    `residuals` also keeps (Measures.act.resid: peak_to_median, maps of it). The tracker (sink_tracker),
+    minigate.measure and the lessons measure with this one function; attention_sink and massive_activations are its
+    halves, for one of the two alone."""
     T = tokens.shape[1]
     short = GU_LEN if T > GU_LEN else None
-    rec = _Recorder(model, tokens.shape[0], queries=(None, short) if short else (None,)).run(model, tokens, batch_size)
+    rec = _Recorder(model, tokens.shape[0], (None, short) if short else (None,), residuals)
+    rec.measure(model, tokens, batch_size)
     sink, act = rec.sink(), rec.act()
     sink_64 = rec.sink(short) if short else None
     uniform = uniform_first_token_share(T)
     layer, head = divmod(int(sink.share.argmax()), sink.share.shape[1])
-    return Measures(seq_len=T, windows=tokens.shape[0], uniform=uniform, f_attn=sink.f_attn,
+    return Measures(seq_len=T, windows=tokens.shape[0], heads=sink.share.numel(), uniform=uniform, f_attn=sink.f_attn,
                     f_attn_excess=sink.f_attn - uniform, f_attn_per_layer=sink.per_layer.tolist(),
                     max_head=sink.share.max().item(), max_head_at=[layer, head], sink_rate=sink.sink_rate,
-                    f_attn_64=sink_64.f_attn if short else None, sink_rate_64=sink_64.sink_rate if short else None,
+                    sink_heads=sink.n_sink_heads, f_attn_64=sink_64.f_attn if short else None,
+                    sink_rate_64=sink_64.sink_rate if short else None,
+                    sink_heads_64=sink_64.n_sink_heads if short else None,
                     max_head_64=sink_64.share.max().item() if short else None, m_act=act.m_act, max_act=act.peak,
                     m_act_per_layer=act.max_abs.tolist(), sink=sink, sink_64=sink_64, act=act)
 
 
 TRACKED = ("f_attn", "f_attn_excess", "sink_rate", "max_head", "m_act", "max_act", "f_attn_per_layer", "f_attn_64",
-           "sink_rate_64", "max_head_64")  # the Measures fields sink_tracker records
+           "sink_rate_64", "sink_heads_64", "max_head_64")  # the Measures fields sink_tracker records
 
 
 def sink_tracker(tokens: torch.Tensor, batch_size: int = 16):

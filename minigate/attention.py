@@ -11,13 +11,13 @@ where x is the same normed hidden state that feeds the query projection. There i
 head (the `headwise` variant) or one per head dimension (`elementwise`). `Attention` is exactly that:
 Qwen3's attention and the released G1 gate, to read top to bottom. The other gate positions (G2 values,
 G3 keys, G4 queries, G5 after o_proj) and the study's other choices (SiLU, additive, head-shared, a bias), here
-for the paper's ablations, are `GateVariantAttention`, a subclass that `model.Block` picks from the config.
+for the paper's ablations, are `GatePositionAttention`, a subclass that `model.Block` picks from the config.
 
 Words, one per meaning. The gate *position* is `ModelConfig.gate` (none, G1..G5): where the gate acts. A run's
 *variant* is none, headwise or elementwise: what a training run (`minigate train`) picks. The gate *logits* are
 x W_gate (hook_gate_logits; TransformerLens' TransformerBridge calls them hook_q_gate); the gate *score* is the
 sigmoid of the logits (hook_gate); *gating* is applying the score (z * score, at hook_z_gated). The MLP's
-`gate_proj` is SwiGLU's gate (Hugging Face's name), unrelated to the attention gate; `GateVariantAttention.gate_proj`
+`gate_proj` is SwiGLU's gate (Hugging Face's name), unrelated to the attention gate; `GatePositionAttention.gate_proj`
 is a study gate's own projection. `d_head` in shapes and einops patterns is `ModelConfig.head_dim`.
 
 Checkpoint layout (the trap): in the released models the G1 gate weights are extra output rows of
@@ -78,7 +78,7 @@ class Attention(nn.Module):
     This class computes a model without a gate and the released G1 gate (`cfg.released_g1`): the score
     sigmoid(x W_gate), x the normed input, W_gate the extra rows of q_proj; one score per head (headwise) or per
     head dimension (elementwise), multiplying each head's attention output z before o_proj. The gates the paper
-    compared it with (G2-G5, head-shared, SiLU, additive, a bias) are `GateVariantAttention`, which `model.Block`
+    compared it with (G2-G5, head-shared, SiLU, additive, a bias) are `GatePositionAttention`, which `model.Block`
     builds instead for any other gate.
 
     Hook points, in the order they fire (TransformerLens' names and layouts):
@@ -102,7 +102,7 @@ class Attention(nn.Module):
         super().__init__()
         if type(self) is Attention and cfg.gate != "none" and not cfg.released_g1:
             raise ValueError(f"Attention computes no gate or the released G1 gate, not {cfg.describe_gate()!r}"
-                             f"{' with a gate bias' if cfg.gate_bias else ''}: build GateVariantAttention")
+                             f"{' with a gate bias' if cfg.gate_bias else ''}: build GatePositionAttention")
         self.cfg = cfg
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # a head-specific G1 gate's weights are extra rows of q_proj, grouped per kv head (the checkpoints' layout)
@@ -209,7 +209,7 @@ class Attention(nn.Module):
         return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head")
 
 
-class GateVariantAttention(Attention):
+class GatePositionAttention(Attention):
     """The gates the paper compared with G1 (its Tables 1 and 2), for the study: `cfg.gate` says where the score
     acts, the other gate fields how it is made:
         G1  z:   each head's attention output, before o_proj (as Attention)

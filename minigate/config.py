@@ -138,7 +138,7 @@ class ModelConfig:
     def released_g1(self) -> bool:
         """The released checkpoints' gate: G1, head-specific, sigmoid, multiplicative, no gate bias."""
         # its weights are extra rows of q_proj; attention.Attention computes it (and no gate), every other gate
-        # is a study gate, attention.GateVariantAttention's
+        # is a study gate, attention.GatePositionAttention's
         return (self.gate == "G1" and self.gate_head_specific and self.gate_activation == "sigmoid"
                 and self.gate_mode == "multiplicative" and not self.gate_bias)
 

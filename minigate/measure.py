@@ -1,12 +1,13 @@
 """The course's measurements of the natural-data models: held-out prose windows, measuring a model, a run folder or a
-shipped checkpoint with analysis.published_measures, measurements.json, the ratios the course states, and the bar a
-shipped trio must show.
+shipped checkpoint with analysis.published_measures, measurements.json, the ratios the course states, and a recipe's
+seeds with their range.
 
     prose = prose_windows()                      # (75, 512): held-out WikiText-2, <bos> first
-    rows = measure_preset("code", prose=prose)   # {variant: Shipped}, each checked against its measurements.json
+    rows = measure_preset("code", prose=prose)   # {variant: Measurement}, each checked against its measurements.json
     ratios(rows)                                 # {"headwise": {"f_attn_excess": 2.6, "m_act": 1.9}, ...}
 
-Training and shipping the models is scripts/ship.py's work (outside the package).
+What the release states of these numbers (the READMEs' tables and sentences) and requires of them (the bar every
+shipped trio meets) lives outside the package, with the release pipeline: scripts/readme.py and scripts/ship.py.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from pathlib import Path
 import torch
 
 from . import data
-from .analysis import GU_LEN, SINK_THRESHOLD, Measures, published_measures
+from .analysis import GU_LEN, SINK_THRESHOLD, STATS, Measures, published_measures
+from .presets import NAMES
 from .pretrained import SHIPPED_DIR, from_pretrained
 
-NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}  # variant -> shipped suffix
 PROSE_LEN = 512  # tokens per held-out window
 MEASUREMENTS = "measurements.json"  # beside each shipped checkpoint: the one source of its numbers
 PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation articles), <bos>-first windows",
@@ -33,9 +34,11 @@ PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation art
 
 
 @dataclass
-class Shipped(Measures):
-    """A model's Measures on the prose windows, with what a shipped model's measurements.json adds."""
-    name: str = ""  # the checkpoint folder's name, e.g. "code-baseline"
+class Measurement(Measures):
+    """One model's Measures on the prose windows, with its name and its run's validation loss: what a measurements.json
+    stores (the shipped models), a row of data/seeds/<preset>.json (a recipe's seeds) and what lesson 04 reads of a
+    learner's own runs."""
+    name: str = ""  # the model's name, e.g. "code-baseline" (its checkpoint folder), "seed1-headwise"
     val_loss_code: float = math.nan  # the run's last validation loss, on held-out code
     same_windows: bool | None = None  # measured on the windows its measurements.json records (not stored)
 
@@ -44,17 +47,20 @@ class Shipped(Measures):
         return {"name": self.name, **self.numbers(), "val_loss_code": self.val_loss_code}
 
     @classmethod
-    def from_record(cls, record: dict) -> Shipped:
+    def from_record(cls, record: dict) -> Measurement:
         """From a measurements.json's dict (numbers only: no stats; a field the file predates is None)."""
-        return cls(**{f.name: record.get(f.name) for f in fields(cls) if f.name not in ("sink", "sink_64", "act",
-                                                                                         "same_windows")})
+        return cls(**{f.name: record.get(f.name) for f in fields(cls) if f.name not in (*STATS, "same_windows")})
+
+
+def prose_ids(tokenizer=data.DEFAULT_TOKENIZER) -> torch.Tensor:
+    """Held-out WikiText-2 (the wikitext-2 corpus' validation articles) as one stream of token ids, encoded with
+    `tokenizer` (a tokenizer.json path): what the prose windows and lesson 06's chunks are cut from."""
+    return data.encode(data.load_documents("wikitext-2")[1], data.load_tokenizer(tokenizer))
 
 
 def prose_windows(tokenizer=data.DEFAULT_TOKENIZER, limit: int | None = None) -> torch.Tensor:
-    """Held-out WikiText-2 (the wikitext-2 corpus' validation articles), encoded with `tokenizer` (a tokenizer.json
-    path) and cut into <bos>-first windows of 512: (75, 512), or the first `limit` of them."""
-    ids = data.encode(data.load_documents("wikitext-2")[1], data.load_tokenizer(tokenizer))
-    return torch.cat([x for x, _ in data.eval_batches(ids, 64, PROSE_LEN, 0)])[:limit]
+    """prose_ids cut into <bos>-first windows of 512: (75, 512), or the first `limit` of them."""
+    return torch.cat([x for x, _ in data.eval_batches(prose_ids(tokenizer), 64, PROSE_LEN, 0)])[:limit]
 
 
 def windows_digest(windows: torch.Tensor) -> str:
@@ -63,22 +69,28 @@ def windows_digest(windows: torch.Tensor) -> str:
 
 
 @torch.no_grad()
-def measure_model(model, prose: torch.Tensor, name: str = "", val_loss_code: float = math.nan) -> Shipped:
-    """published_measures of `model` on `prose` (batch, 512), with the run's name and validation loss."""
-    m = published_measures(model.eval(), prose.to(next(model.parameters()).device), batch_size=8)
-    return Shipped(**{f.name: getattr(m, f.name) for f in fields(Measures)}, name=name, val_loss_code=val_loss_code)
+def measure_model(model, prose: torch.Tensor, name: str = "", val_loss_code: float = math.nan,
+                  residuals: bool = False) -> Measurement:
+    """published_measures of `model` on `prose` (batch, 512), with the run's name and validation loss; `residuals`
+    keeps the residual stream of the same pass (Measurement.act.resid)."""
+    m = published_measures(model.eval(), prose.to(next(model.parameters()).device), batch_size=8,
+                           residuals=residuals)
+    return Measurement(**{f.name: getattr(m, f.name) for f in fields(Measures)}, name=name,
+                       val_loss_code=val_loss_code)
 
 
-def measure_folder(folder, prose: torch.Tensor, device="cpu", name: str | None = None) -> Shipped:
+def measure_folder(folder, prose: torch.Tensor, device="cpu", name: str | None = None,
+                   residuals: bool = False) -> Measurement:
     """Measure the model in `folder`: a shipped checkpoint (history.json beside the weights) or a finished run folder
     (its model/ and history.json), whose last validation loss becomes val_loss_code."""
     folder = Path(folder)
     weights = folder / "model" if (folder / "model" / "config.json").is_file() else folder
     history = json.loads((folder / "history.json").read_text())
-    return measure_model(from_pretrained(weights, device=device), prose, name or folder.name, history["val_loss"][-1])
+    return measure_model(from_pretrained(weights, device=device), prose, name or folder.name, history["val_loss"][-1],
+                         residuals)
 
 
-def write_measurements(folder, row: Shipped, prose: torch.Tensor) -> None:
+def write_measurements(folder, row: Measurement, prose: torch.Tensor) -> None:
     """Store `row` as folder/measurements.json, with the protocol and the windows' SHA-256."""
     protocol = dict(PROTOCOL, windows=prose.shape[0], windows_sha256=windows_digest(prose))
     record = row.record()
@@ -91,23 +103,41 @@ def stored(name: str, shipped: Path = SHIPPED_DIR) -> dict:
     return json.loads((Path(shipped) / name / MEASUREMENTS).read_text())
 
 
-CHECKED = ("f_attn", "f_attn_excess", "max_head", "sink_rate", "sink_rate_64", "max_head_64", "m_act")
+CHECKED = tuple(f.name for f in fields(Measurement) if f.name not in (*STATS, "name", "same_windows"))
 
 
-def measure_shipped(name: str, device="cpu", prose: torch.Tensor | None = None, shipped: Path = SHIPPED_DIR) -> Shipped:
+def agrees(got, want, tol: float) -> bool:
+    """Whether a measured number (or list of them) is the stored one: floats to `tol` (relative above 1), whole
+    numbers (counts, a head's place) and None exactly."""
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(
+            agrees(g, w, tol) for g, w in zip(got, want, strict=True))
+    if want is None or got is None or isinstance(want, int):
+        return got == want
+    return abs(got - want) <= tol * max(1.0, abs(want))
+
+
+def check_measurement(name: str, row: Measurement, record: dict, tol: float) -> None:
+    """A ValueError naming the first field of CHECKED whose measured value is not the stored one."""
+    for key in CHECKED:
+        if not agrees(getattr(row, key), record.get(key), tol):
+            raise ValueError(f"{name}: {key} is {getattr(row, key)} measured here but {record.get(key)} in its "
+                             f"{MEASUREMENTS}: these weights or this minigate's measuring code are not the ones the "
+                             "file was written from; reinstall minigate at the course's release")
+
+
+def measure_shipped(name: str, device="cpu", prose: torch.Tensor | None = None, shipped: Path = SHIPPED_DIR,
+                    residuals: bool = False) -> Measurement:
     """Measure a shipped model again and check it against its measurements.json: on the same windows (same SHA-256)
-    every number must agree to 1e-4 (1e-3 off the CPU; an AssertionError names the one that does not); on other
-    windows (another WikiText-2 copy) `same_windows` says so. `prose`: prose_windows' windows, if at hand."""
+    every stored number (CHECKED) must agree, floats to 1e-4 (1e-3 off the CPU), counts exactly, or a ValueError
+    names the first that does not; on other windows (another WikiText-2 copy) `same_windows` says so. `prose`:
+    prose_windows' windows, if at hand."""
     record = stored(name, shipped)
     prose = prose_windows(Path(shipped) / name / "tokenizer.json") if prose is None else prose
-    row = measure_folder(Path(shipped) / name, prose, device)
+    row = measure_folder(Path(shipped) / name, prose, device, residuals=residuals)
     row.same_windows = windows_digest(prose) == record["protocol"]["windows_sha256"]
-    tol = 1e-4 if str(device) == "cpu" else 1e-3
     if row.same_windows:
-        for key in CHECKED:
-            assert abs(getattr(row, key) - record[key]) <= tol * max(1.0, abs(record[key])), (
-                f"{name}: {key} {getattr(row, key)} here, {record[key]} in {MEASUREMENTS}: measure again with "
-                "python scripts/ship.py --measure")
+        check_measurement(name, row, record, 1e-4 if str(device) == "cpu" else 1e-3)
     return row
 
 
@@ -117,157 +147,114 @@ def shipped_variants(preset: str, shipped: Path = SHIPPED_DIR) -> list[str]:
     return [v for v, name in NAMES.items() if (Path(shipped) / f"{preset}-{name}" / MEASUREMENTS).is_file()]
 
 
-def measure_preset(preset: str = "code", device="cpu", prose: torch.Tensor | None = None) -> dict[str, Shipped]:
-    """{variant: Shipped} of a preset's shipped models, each measured again with measure_shipped on the windows its
+def measure_preset(preset: str = "code", device="cpu", prose: torch.Tensor | None = None,
+                   residuals: bool = False) -> dict[str, Measurement]:
+    """{variant: Measurement} of a preset's shipped models, each measured again with measure_shipped on the windows its
     measurements.json records (and checked against it): what a lesson prints about the shipped models."""
     if prose is None:
         prose = prose_windows(SHIPPED_DIR / f"{preset}-baseline" / "tokenizer.json")
-    return {v: measure_shipped(f"{preset}-{NAMES[v]}", device, prose) for v in shipped_variants(preset)}
+    return {v: measure_shipped(f"{preset}-{NAMES[v]}", device, prose, residuals=residuals)
+            for v in shipped_variants(preset)}
 
 
-def shipped_rows(preset: str, shipped: Path = SHIPPED_DIR) -> dict[str, Shipped]:
-    """{variant: Shipped} of a preset's shipped models as their measurements.json files hold them (no stats)."""
-    return {v: Shipped.from_record(stored(f"{preset}-{NAMES[v]}", shipped)) for v in shipped_variants(preset, shipped)}
+def shipped_rows(preset: str, shipped: Path = SHIPPED_DIR) -> dict[str, Measurement]:
+    """{variant: Measurement} of a preset's shipped models as their measurements.json files hold them (no stats)."""
+    return {v: Measurement.from_record(stored(f"{preset}-{NAMES[v]}", shipped))
+            for v in shipped_variants(preset, shipped)}
 
 
-def ratios(rows: dict) -> dict:
-    """{gated variant: {"f_attn_excess": x, "m_act": x}}: how many times smaller than the baseline's each gated
-    model's F-Attn excess over uniform and M-Act are (rows keyed by variant): the ratios the course states."""
+def ratios(rows: dict, keys=("f_attn_excess", "m_act")) -> dict:
+    """{gated variant: {key: x}}: how many times smaller than the baseline's each gated model's numbers are (rows keyed
+    by variant; by default F-Attn's excess over uniform and M-Act, the ratios the course states): baseline / gated,
+    inf where the gated model's is 0."""
     b = rows["none"]
-    return {v: {k: getattr(b, k) / getattr(r, k) for k in ("f_attn_excess", "m_act")}
+    return {v: {k: getattr(b, k) / getattr(r, k) if getattr(r, k) > 0 else math.inf for k in keys}
             for v, r in rows.items() if v != "none"}
 
 
-def bar(rows: dict) -> list[tuple[str, bool]]:
-    """(claim, holds) for each line of what a shipped trio or pair (rows keyed by variant) must show: a baseline with
-    sink heads and excess first-token attention, and gated twins with less of both, smaller massive activations and
-    no worse validation loss. Every shipped preset meets it (tests/test_shipped.py). The course's first aim was 3x
-    less excess and M-Act; `AIM` reports it without requiring it: the code models reach 1.9x-4.5x."""
-    b = rows["none"]
-    out = [("baseline F-Attn >= 0.03 above uniform", b.f_attn_excess >= 0.03),
-           (f"baseline has sink heads at T={GU_LEN} (a head above {SINK_THRESHOLD})", b.sink_rate_64 > 0)]
-    for g, r in rows.items():
-        if g != "none":
-            out += [(f"{g}: excess F-Attn >= 2x smaller", r.f_attn_excess * 2 <= b.f_attn_excess),
-                    (f"{g}: M-Act >= 1.5x smaller", r.m_act * 1.5 <= b.m_act),
-                    (f"{g}: fewer sink heads at T={GU_LEN}", r.sink_rate_64 < b.sink_rate_64),
-                    (f"{g}: val loss <= baseline + 0.02", r.val_loss_code <= b.val_loss_code + 0.02)]
-    return out
+# ── a recipe's seeds (data/seeds/<preset>.json, written by scripts/seeds.py) ─────────────────────────────────────
 
-
-AIM = 3  # the separation first aimed for (excess F-Attn and M-Act), reported by scripts/ship.py, not required
-
-
-def table(rows: dict, preset: str) -> str:
-    """The README's markdown table of the shipped models (rows keyed by variant, as measurements.json holds them)."""
-    lines = ["| model | F-Attn | above uniform | largest head (layer, head) | sink heads, T=512 | sink heads, "
-             "T=64 (Gu) | M-Act | val loss (code) |", "|---|---|---|---|---|---|---|---|"]
-    for variant, r in rows.items():
-        lines.append(f"| {preset}-{NAMES[variant]} | {r.f_attn:.3f} | {r.f_attn_excess:.3f} | "
-                     f"{r.max_head:.2f} ({r.max_head_at[0]}, {r.max_head_at[1]}) | {r.sink_rate:.1%} | "
-                     f"{r.sink_rate_64:.1%} | {r.m_act:.0f} | {r.val_loss_code:.3f} |")
-    return "\n".join(lines)
-
-
-def effect_summary(rows: dict) -> str:
-    """The sentence the READMEs state about a preset's shipped models, from their measurements (rows by variant)."""
-    b, h, e = rows["none"], rows["headwise"], rows["elementwise"]
-    x = ratios(rows)
-    return (f"By Gu et al.'s protocol (windows of 64 tokens; a sink head puts more than 0.3 of its attention on the "
-            f"first token) {b.sink_rate_64:.1%} of the baseline's heads are sink heads, against "
-            f"{h.sink_rate_64:.1%} (headwise) and {e.sink_rate_64:.1%} (elementwise); over 512 tokens its "
-            f"largest head puts {b.max_head:.2f} on the first token. The gated models have "
-            f"{x['headwise']['f_attn_excess']:.1f}x (headwise) and {x['elementwise']['f_attn_excess']:.1f}x "
-            f"(elementwise) less first-token attention above uniform (F-Attn at T=512) and "
-            f"{x['headwise']['m_act']:.1f}x and {x['elementwise']['m_act']:.1f}x smaller massive activations (M-Act).")
-
-
-def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Shipped]]:
-    """{seed: {variant: Shipped}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py):
+def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Measurement]]:
+    """{seed: {variant: Measurement}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py):
     seed 0 is the shipped trio, every seed measured with the shipped protocol."""
     path = Path(path or SHIPPED_DIR.parent / "seeds" / f"{preset}.json")
-    seeds: dict[int, dict[str, Shipped]] = {}
+    seeds: dict[int, dict[str, Measurement]] = {}
     for r in json.loads(path.read_text())["rows"]:
-        seeds.setdefault(r["seed"], {})[r["variant"]] = Shipped.from_record(r)
+        seeds.setdefault(r["seed"], {})[r["variant"]] = Measurement.from_record(r)
     return seeds
+
+
+def complete_seeds(seeds: dict[int, dict]) -> dict[int, dict]:
+    """The seeds that have all three models (a seed still training has fewer), in seed order."""
+    return {s: rows for s, rows in sorted(seeds.items()) if set(rows) == set(NAMES)}
 
 
 @dataclass
 class Spread:
     """One number over a recipe's seeds: seed 0's value (the shipped models'), the range over all seeds, and in how
-    many seeds the gate helped (lowered the baseline's sink heads, excess or M-Act)."""
+    many seeds the gate helped (lowered the baseline's sink heads, excess or M-Act); a count's total (`of`: the heads
+    a sink-head count is out of)."""
     seed0: float
     low: float
     high: float
     helped: int
     seeds: int
+    of: int | None = None
 
 
-def _over(values: dict[int, float], helped: dict[int, bool]) -> Spread:
-    return Spread(values[0], min(values.values()), max(values.values()), sum(helped.values()), len(values))
+def _over(values: dict[int, float], helped: dict[int, bool], of: int | None = None) -> Spread:
+    return Spread(values[0], min(values.values()), max(values.values()), sum(helped.values()), len(values), of)
 
 
-def spread(seeds: dict[int, dict[str, Shipped]]) -> dict[str, dict[str, Spread]]:
+def spread(seeds: dict[int, dict[str, Measurement]]) -> dict[str, dict[str, Spread]]:
     """Each number the course states, over the seeds that have all three models: {gated variant: {"f_attn_excess",
-    "m_act": baseline / gated; "sink_rate_64": the gated model's share of sink heads at T=64; "max_head_64": its
-    strongest head at T=64}} and {"none": the baseline's "sink_rate_64" and "max_head_64"}. Helped: a ratio above
-    1, fewer sink heads than that seed's baseline, a strongest head below the baseline's."""
-    whole = {s: rows for s, rows in sorted(seeds.items()) if set(rows) == set(NAMES)}
+    "m_act": baseline / gated; "sink_heads_64": the gated model's sink heads at T=64; "max_head_64": its strongest
+    head at T=64}} and {"none": the baseline's "sink_heads_64" and "max_head_64"}. Helped: a ratio above 1, fewer
+    sink heads than that seed's baseline, a strongest head below the baseline's."""
+    whole = complete_seeds(seeds)
     if 0 not in whole:
         raise ValueError("spread needs seed 0 (the shipped trio) with all three variants")
+    heads = whole[0]["none"].heads
     out = {"none": {}}
-    for k in ("sink_rate_64", "max_head_64"):
+    for k in ("sink_heads_64", "max_head_64"):
+        of = heads if k == "sink_heads_64" else None
         base = {s: getattr(rows["none"], k) for s, rows in whole.items()}
-        out["none"][k] = _over(base, dict.fromkeys(whole, False))
+        out["none"][k] = _over(base, dict.fromkeys(whole, False), of)
         for g in ("headwise", "elementwise"):
             gated = {s: getattr(rows[g], k) for s, rows in whole.items()}
-            out.setdefault(g, {})[k] = _over(gated, {s: gated[s] < base[s] for s in whole})
+            out.setdefault(g, {})[k] = _over(gated, {s: gated[s] < base[s] for s in whole}, of)
+    x = {s: ratios(rows) for s, rows in whole.items()}
     for g in ("headwise", "elementwise"):
         for k in ("f_attn_excess", "m_act"):
-            x = {s: ratios(rows)[g][k] for s, rows in whole.items()}
-            out[g][k] = _over(x, {s: x[s] > 1 for s in whole})
+            out[g][k] = _over({s: x[s][g][k] for s in whole}, {s: x[s][g][k] > 1 for s in whole})
     return out
 
 
-def _ratio(x: Spread) -> str:
+def ratio_text(x: Spread) -> str:
     return f"{x.seed0:.1f}x ({x.low:.1f}-{x.high:.1f}x, smaller in {x.helped} of {x.seeds} seeds)"
 
 
-def _heads(x: Spread, n_heads: int) -> str:
-    return f"{round(x.seed0 * n_heads)} ({round(x.low * n_heads)}-{round(x.high * n_heads)})"
+def count_text(x: Spread) -> str:
+    return f"{x.seed0} ({x.low}-{x.high})"
 
 
-def _value(x: Spread) -> str:
+def value_text(x: Spread) -> str:
     return f"{x.seed0:.2f} ({x.low:.2f}-{x.high:.2f})"
 
 
-def spread_lines(s: dict[str, dict[str, Spread]], n_heads: int = 16, seed0: str = "the shipped models") -> list[str]:
+def spread_lines(s: dict[str, dict[str, Spread]], seed0: str = "the shipped models") -> list[str]:
     """What the lessons print of `spread(seeds)`: per gated variant, each ratio as seed 0's value, the range over the
-    seeds and in how many the gate helped; the sink heads (of `n_heads`) and the strongest head at T=64 next to the
-    baseline's. `seed0` says what seed 0 is."""
-    b, n = s["none"], s["none"]["sink_rate_64"].seeds
+    seeds and in how many the gate helped; the sink heads and the strongest head at T=64 next to the baseline's.
+    `seed0` says what seed 0 is."""
+    b, n = s["none"], s["none"]["sink_heads_64"].seeds
+    heads = b["sink_heads_64"].of
     lines = [f"over {n} seeds, seed 0's value ({seed0}) and the range over the seeds:",
-             f"  baseline: sink heads at T=64 {_heads(b['sink_rate_64'], n_heads)} of {n_heads}; strongest head at "
-             f"T=64 {_value(b['max_head_64'])}"]
+             f"  baseline: sink heads at T=64 {count_text(b['sink_heads_64'])} of {heads}; strongest head at "
+             f"T=64 {value_text(b['max_head_64'])}"]
     for g in ("headwise", "elementwise"):
         x = s[g]
-        lines.append(f"  {g}: F-Attn above uniform {_ratio(x['f_attn_excess'])}, M-Act {_ratio(x['m_act'])}; sink "
-                     f"heads {_heads(x['sink_rate_64'], n_heads)}, fewer than the baseline's in "
-                     f"{x['sink_rate_64'].helped} of {n}; strongest head {_value(x['max_head_64'])}, below the "
+        lines.append(f"  {g}: F-Attn above uniform {ratio_text(x['f_attn_excess'])}, M-Act {ratio_text(x['m_act'])}; "
+                     f"sink heads {count_text(x['sink_heads_64'])}, fewer than the baseline's in "
+                     f"{x['sink_heads_64'].helped} of {n}; strongest head {value_text(x['max_head_64'])}, below the "
                      f"baseline's in {x['max_head_64'].helped} of {n}")
     return lines
-
-
-def seed_sentence(s: dict[str, dict[str, Spread]], preset: str = "code", n_heads: int = 16) -> str:
-    """The sentence the READMEs state about a recipe's seeds (data/seeds/<preset>.json), from `spread(seeds)`."""
-    b, h, e, n = s["none"], s["headwise"], s["elementwise"], s["none"]["sink_rate_64"].seeds
-    return (f"Over {n} seeds of the `{preset}` recipe (seed 0 is the shipped trio; `data/seeds/{preset}.json`), "
-            f"seed 0's ratios and their range: first-token attention above uniform {_ratio(h['f_attn_excess'])} "
-            f"smaller with the headwise gate and {_ratio(e['f_attn_excess'])} with the elementwise gate; M-Act "
-            f"{_ratio(h['m_act'])} and {_ratio(e['m_act'])}; sink heads at T=64 "
-            f"{_heads(b['sink_rate_64'], n_heads)} of {n_heads} in the baseline against "
-            f"{_heads(h['sink_rate_64'], n_heads)} and {_heads(e['sink_rate_64'], n_heads)}, fewer in "
-            f"{h['sink_rate_64'].helped} and {e['sink_rate_64'].helped} of {n}. The strongest head at T=64 is "
-            f"{_value(b['max_head_64'])} in the baseline, {_value(h['max_head_64'])} headwise (below the "
-            f"baseline's in {h['max_head_64'].helped} of {n}) and {_value(e['max_head_64'])} elementwise (in "
-            f"{e['max_head_64'].helped} of {n}).")

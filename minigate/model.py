@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Attention, GateVariantAttention, RMSNorm, rope_cos_sin
+from .attention import Attention, GatePositionAttention, RMSNorm, rope_cos_sin
 from .config import ModelConfig
 from .hooks import HookedRootModule, HookPoint
 from .moe import MoE
@@ -57,12 +57,12 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """x + attn(norm(x)), then + mlp(norm(x)). The attention is `Attention` (no gate, or the released G1) or, for
-    the paper's other gates, `GateVariantAttention`."""
+    the paper's other gates, `GatePositionAttention`."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = (GateVariantAttention if cfg.gate != "none" and not cfg.released_g1 else Attention)(cfg)
+        self.attn = (GatePositionAttention if cfg.gate != "none" and not cfg.released_g1 else Attention)(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MoE(cfg) if cfg.n_experts else MLP(cfg)  # a mixture of SwiGLU experts, or one
         # sandwich_norm: norm each sublayer's output too, before it joins the residual stream

@@ -161,6 +161,9 @@ PRESETS: dict[str, Preset] = {
 # a run's variant (`minigate train --variant`): the ModelConfig gate fields of the baseline and the two G1 gates
 VARIANTS = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
             "elementwise": dict(gate="G1", gate_granularity="elementwise")}
+# each variant's name where a person reads it: a shipped model's folder (code-baseline), a run folder of lesson 03's
+# GROW switch (runs/code-seed0/baseline), a figure's legend and colour (plots.COLORS), a table's row
+NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}
 
 
 def model_config(preset: str, variant: str = "none") -> ModelConfig:

@@ -41,7 +41,7 @@ class CouldNotWrite(Exception):
 
 
 @dataclass
-class PresetRun:
+class RunPlan:
     preset: str  # a name in PRESETS
     variant: str  # a name in VARIANTS: none, headwise, elementwise
     out: Path  # the run folder
@@ -151,14 +151,14 @@ def configs(preset: str, variant: str, recorded: dict | None = None, sets: dict 
 
 def plan_run(preset: str, variant: str, out, resume: bool = False, sets: dict | None = None,
              steps: int | None = None, device: str | None = None, precision: str | None = None,
-             tokenizer=None) -> PresetRun:
+             tokenizer=None) -> RunPlan:
     """What can be checked before any data is loaded: run.json (resuming), the configs, the tokenizer (loaded
     here, once). ValueError (or FileNotFoundError for a missing tokenizer) saying what to change."""
     out = Path(out)
     recorded = _recorded_run(out, preset, variant) if resume and (out / "run.json").exists() else None
     model_cfg, train_cfg = configs(preset, variant, recorded, sets, steps, device, precision)
     path = None if PRESETS[preset].corpus in data.TASKS else Path(tokenizer or data.DEFAULT_TOKENIZER)
-    plan = PresetRun(preset, variant, out, resume, model_cfg, train_cfg, dict(sets or {}), path)
+    plan = RunPlan(preset, variant, out, resume, model_cfg, train_cfg, dict(sets or {}), path)
     if plan.tokenizer is not None:
         if plan.tokenizer.token_to_id(data.BOS) is None and "bos_id" not in plan.overrides:
             raise ValueError(f"--tokenizer {path} has no {data.BOS} token; add one to it, or name the id "
@@ -168,7 +168,7 @@ def plan_run(preset: str, variant: str, out, resume: bool = False, sets: dict | 
     return plan
 
 
-def execute(plan: PresetRun, progress: bool = True, announce=print) -> History:
+def execute(plan: RunPlan, progress: bool = True, announce=print) -> History:
     """Load the data, build the model and the run.json record, and train (with a sink tracker): train() checks,
     locks and writes the run folder. `announce(line)` gets one line once train() holds the folder, before the
     first step. Raises train()'s Interrupted and TrainingDiverged, its ValueErrors for inputs that do not fit,

@@ -11,7 +11,8 @@ when its process ends, however it ends); `.lock` beside it names the holder (pid
 lock is held and removed before it is released, so other processes can read it at any moment. Both go at the end of
 the run. `check_writable(folder)` makes the folder and proves it can write there; `remove_orphans(folder)` removes
 the temp files that an interrupted atomic write left behind. train() uses them, once per run. `read_run_json(folder)`
-reads what `minigate train` recorded about a run, in today's key names.
+reads what `minigate train` recorded about a run (a folder of minigate 0.1's: a one-line error naming the key
+to rename).
 """
 
 from __future__ import annotations
@@ -193,8 +194,12 @@ def remove_orphans(folder: str | os.PathLike) -> list[Path]:
 
 
 def read_run_json(path: str | os.PathLike) -> dict:
-    """A run.json (the file, or a folder holding one): what `minigate train` recorded about a run. Older folders, the
-    shipped checkpoints among them, record the run's variant under the key "gate"; it is read as "variant"."""
+    """A run.json (the file, or a folder holding one): what `minigate train` recorded about a run. A folder written by
+    minigate 0.1 records the run's variant under the key "gate": a ValueError says how to bring it up to date."""
     path = Path(path)
     path = path / "run.json" if path.is_dir() else path
-    return {("variant" if key == "gate" else key): value for key, value in json.loads(path.read_text()).items()}
+    record = json.loads(path.read_text())
+    if "gate" in record:
+        raise ValueError(f"{path} records the run's variant under 'gate' (written by minigate 0.1): rename that key to "
+                         "'variant' in the file, then run again")
+    return record

@@ -30,6 +30,7 @@ from seeds import row  # noqa: E402  (scripts/ is not a package)
 
 from minigate import measure  # noqa: E402
 from minigate.pretrained import SHIPPED_DIR, from_pretrained  # noqa: E402
+from minigate.presets import NAMES  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 OUT = ROOT / "data" / "study"
@@ -45,13 +46,13 @@ POINTS = {
 TRAIN = dict(precision="bf16", compile="true")  # every study run
 TRACKER = ("sink_rate_64", "f_attn_excess", "m_act")  # what a row keeps of the run's tracker (8 prose windows)
 # the queue, in order: (point, seed, variants). Length first (seed 0's trio), then the cheap size, then the rest
-QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, measure.NAMES), ("xs", 1, measure.NAMES),
-         ("xs", 2, measure.NAMES), ("2x", 1, measure.NAMES), ("2x", 2, measure.NAMES),
+QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, NAMES), ("xs", 1, NAMES),
+         ("xs", 2, NAMES), ("2x", 1, NAMES), ("2x", 2, NAMES),
          ("4x", 0, ("none", "elementwise")), ("l", 0, ("none", "elementwise"))]
 
 
 def folder(point: str, seed: int, variant: str) -> Path:
-    return RUNS / point / f"seed{seed}" / measure.NAMES[variant]
+    return RUNS / point / f"seed{seed}" / NAMES[variant]
 
 
 def finished(path: Path) -> bool:
@@ -77,7 +78,7 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
     cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with open(out.parent / f"{measure.NAMES[variant]}.log", "a") as log:
+    with open(out.parent / f"{NAMES[variant]}.log", "a") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     side = sidecar(point, seed, variant)
     done = json.loads(side.read_text()) if side.is_file() else {"wall_s": 0.0, "cpus": []}
@@ -89,12 +90,12 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
 
 def sidecar(point: str, seed: int, variant: str) -> Path:
     """What the queue records beside a run folder: the wall seconds of its invocations and the CPUs they ran on."""
-    return RUNS / point / f"seed{seed}" / f"{measure.NAMES[variant]}.study.json"
+    return RUNS / point / f"seed{seed}" / f"{NAMES[variant]}.study.json"
 
 
 def measured_row(point: str, seed: int, variant: str, prose) -> dict:
     path = folder(point, seed, variant)
-    got = measure.measure_folder(path, prose, name=f"{point}-seed{seed}-{measure.NAMES[variant]}")
+    got = measure.measure_folder(path, prose, name=f"{point}-seed{seed}-{NAMES[variant]}")
     run = json.loads((path / "run.json").read_text())
     history = json.loads((path / "history.json").read_text())
     side = json.loads(sidecar(point, seed, variant).read_text()) if sidecar(point, seed, variant).is_file() else {}
@@ -143,7 +144,7 @@ def main(argv=None) -> int:
         for p, s, v in queue:
             state = "done" if finished(folder(p, s, v)) else "resumable" if (
                 folder(p, s, v) / "checkpoint.pt").is_file() else "to do"
-            print(f"{p:3s} seed {s} {measure.NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
+            print(f"{p:3s} seed {s} {NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
         return 0
     prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
     assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (

@@ -2,6 +2,7 @@
 
     python scripts/seeds.py --preset code --runs 1=runs/seeds/seed1/code-{name} --runs 2=runs/code-seed2/{name}
     python scripts/seeds.py --preset code-gpu --rows research/gpu/code-gpu-seed*.json   # measured on a GPU
+    python scripts/seeds.py --preset code --rows data/seeds/code.json   # seed 0 again, the other seeds as recorded
 
 Seed 0 is the shipped trio (data/checkpoints/<preset>-*: its measurements.json, run.json and history). Each further
 seed is three finished `minigate train` folders, {name} standing for baseline, headwise and elementwise: lesson 03's
@@ -10,21 +11,24 @@ windows (the shipped models' windows: the SHA-256 is checked), from the run's ow
 are not shipped; a row carries what tells the runs apart: the corpus (each machine builds python-code from its own
 installed packages, so the spread includes the corpus), the precision and the training speed. --rows takes rows
 measured elsewhere, by the same protocol: what tests/gpu/grow.py brings back from a GPU machine (a recipe with no
-shipped trio, code-gpu, has no seed 0 of its own: its rows all come that way).
+shipped trio, code-gpu, has no seed 0 of its own: its rows all come that way), or a seeds file written before, whose
+seeds are kept where no shipped model or --runs folder measures them again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+import readme
 from minigate import data, measure
+from minigate.course.prose import marker
+from minigate.presets import NAMES, model_config
 from minigate.pretrained import SHIPPED_DIR
 from minigate.runfolder import read_run_json
 
@@ -40,31 +44,22 @@ def run_facts(run_json: dict, history: dict) -> dict:
             "tokens_per_s": round(statistics.median(history["tokens_per_s"]))}
 
 
-def row(seed: int, variant: str, measured: measure.Shipped, folder: Path) -> dict:
+def row(seed: int, variant: str, measured: measure.Measurement, folder: Path) -> dict:
     history = json.loads((folder / "history.json").read_text())
     return {"seed": seed, "variant": variant, **measured.record(),
             **run_facts(read_run_json(folder), history)}
 
 
-SENTENCE = re.compile(r"Over \d+ seeds of the `[\w-]+` recipe .*? elementwise \(in \d+ of \d+\)\.", re.S)
-
-
-def update_readmes(preset: str, root: Path = SHIPPED_DIR.parent.parent) -> list[Path]:
-    """Put measure.seed_sentence of the recorded seeds in the README and data/checkpoints/README.md: in place of the
-    last one, or the first time right after the shipped models' sentence (measure.effect_summary)."""
-    sentence = measure.seed_sentence(measure.spread(measure.seed_rows(preset)), preset)
-    summary = measure.effect_summary(measure.shipped_rows(preset))
-    changed = []
-    for doc in (root / "README.md", root / "data" / "checkpoints" / "README.md"):
-        text = doc.read_text()
-        new = SENTENCE.sub(sentence, text, count=1) if SENTENCE.search(text) else text.replace(summary,
-                                                                                               f"{summary} {sentence}")
-        if new == text and sentence not in text:
-            raise ValueError(f"{doc} states neither the seeds' sentence nor the shipped models': put them back")
-        if new != text:
-            doc.write_text(new)
-            changed.append(doc)
-    return changed
+def counted(r: dict, preset: str) -> dict:
+    """A row measured before the records stored the sink-head counts (research/gpu/*.json): its heads, and its counts
+    read off its sink rates (each a count over the heads, so exact)."""
+    if "heads" in r:
+        return r
+    cfg = model_config(preset)
+    heads = cfg.n_layers * cfg.n_heads
+    count = lambda rate: None if rate is None else round(rate * heads)
+    assert all(rate is None or abs(rate * heads - count(rate)) < 1e-6 for rate in (r["sink_rate"], r["sink_rate_64"]))
+    return dict(r, heads=heads, sink_heads=count(r["sink_rate"]), sink_heads_64=count(r["sink_rate_64"]))
 
 
 def main(argv=None) -> int:
@@ -72,8 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="code")
     ap.add_argument("--runs", action="append", default=[], metavar="SEED=PATTERN",
                     help="a seed and its run folders, {name} for baseline / headwise / elementwise")
-    ap.add_argument("--rows", nargs="*", default=[], metavar="GROW_JSON",
-                    help="tests/gpu/grow.py outputs: their rows, measured on that machine")
+    ap.add_argument("--rows", nargs="*", default=[], metavar="JSON",
+                    help="tests/gpu/grow.py outputs (their rows, measured on that machine) or a seeds file")
     ap.add_argument("--out", help="default: data/seeds/<preset>.json")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
@@ -82,16 +77,16 @@ def main(argv=None) -> int:
     prose = measure.prose_windows(shipped_tokenizer if shipped_tokenizer.is_file() else data.DEFAULT_TOKENIZER)
     digest = measure.windows_digest(prose)
     rows = []
-    for variant, name in measure.NAMES.items():  # seed 0: the shipped trio, as its measurements.json holds it
+    for variant, name in NAMES.items():  # seed 0: the shipped trio, as its measurements.json holds it
         folder = SHIPPED_DIR / f"{args.preset}-{name}"
         if not (folder / measure.MEASUREMENTS).is_file():
             continue
         stored = measure.stored(folder.name)
         assert stored["protocol"]["windows_sha256"] == digest, f"{folder.name} was measured on other windows"
-        rows.append(row(0, variant, measure.Shipped.from_record(stored), folder))
+        rows.append(row(0, variant, measure.Measurement.from_record(stored), folder))
     for spec in args.runs:
         seed, pattern = spec.split("=", 1)
-        for variant, name in measure.NAMES.items():
+        for variant, name in NAMES.items():
             folder = Path(pattern.format(name=name))
             if not (folder / "model" / "config.json").is_file():
                 print(f"seeds: {folder} is not finished; leaving seed {seed} {name} out", file=sys.stderr)
@@ -100,15 +95,18 @@ def main(argv=None) -> int:
             assert recorded == int(seed), f"{folder} is seed {recorded}, not {seed}"
             measured = measure.measure_folder(folder, prose, name=f"seed{seed}-{name}")
             rows.append(row(int(seed), variant, measured, folder))
-            print(f"seeds: seed {seed} {name}: {rows[-1]['sink_rate_64'] * 16:.0f} sink heads at T=64, strongest "
+            print(f"seeds: seed {seed} {name}: {rows[-1]['sink_heads_64']} sink heads at T=64, strongest "
                   f"{rows[-1]['max_head_64']:.2f}, excess {rows[-1]['f_attn_excess']:.3f}, M-Act "
                   f"{rows[-1]['m_act']:.0f}", flush=True)
     for path in args.rows:
         got = json.loads(Path(path).read_text())
         assert got["preset"] == args.preset, f"{path} holds {got['preset']} runs, not {args.preset}"
-        assert got.get("windows_sha256", digest) == digest, f"{path} was measured on other windows"
-        rows += [dict(r, device=got["device"]) for r in got.get("rows", [])]
-    rows.sort(key=lambda r: (r["seed"], list(measure.NAMES).index(r["variant"])))
+        sha = got.get("windows_sha256") or got.get("protocol", {}).get("windows_sha256", digest)
+        assert sha == digest, f"{path} was measured on other windows"
+        measured = {(r["seed"], r["variant"]) for r in rows}  # measured here: they replace a stored row
+        rows += [dict(counted(r, args.preset), **({"device": got["device"]} if "device" in got else {}))
+                 for r in got.get("rows", []) if (r["seed"], r["variant"]) not in measured]
+    rows.sort(key=lambda r: (r["seed"], list(NAMES).index(r["variant"])))
     out = Path(args.out or SHIPPED_DIR.parent / "seeds" / f"{args.preset}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     shipped = any(r["seed"] == 0 and "device" not in r for r in rows)
@@ -116,8 +114,9 @@ def main(argv=None) -> int:
                     + (" (seed 0: the shipped 16-bit weights)" if shipped else ""))
     out.write_text(json.dumps({"preset": args.preset, "protocol": protocol, "rows": rows}, indent=1) + "\n")
     print(f"seeds: {len(rows)} rows -> {out}")
-    if args.preset == "code" and not args.out:
-        for doc in update_readmes(args.preset):
+    if not args.out:
+        for doc in readme.update([args.preset], [d for d in readme.DOCS if marker("seeds", args.preset)
+                                                 in d.read_text()], kinds=("seeds",)):
             print(f"seeds: rewrote the seeds' sentence in {doc}")
     return 0
 

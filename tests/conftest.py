@@ -1,11 +1,18 @@
-"""Shared test setup: the local WikiText-2 copy (../shared/data, as in CI) and one torch thread."""
+"""Shared test setup: the local WikiText-2 copy (../shared/data, as in CI) and one torch thread; and the helpers the
+test files share, as fixtures: the tiny models' ModelConfig fields (one config, and a three-layer one where a test needs
+a middle layer), seeded token ids, a seeded tiny model, transformers' Qwen3Config fields of the same tiny model, the
+held-out prose windows and a free local port."""
 
 import atexit
 import os
 import shutil
+import socket
+import sys
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 
+import pytest
 import torch
 
 # the folder of local corpus copies; its old name, if set, is taken over (the notebooks' kernels see the new one only)
@@ -15,9 +22,81 @@ os.environ.setdefault("MINIGATE_CORPORA_DIR", os.environ.pop("MINIGATE_DATA_DIR"
 if "MINIGATE_CACHE_DIR" not in os.environ:
     os.environ["MINIGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="minigate-cache-")
     atexit.register(shutil.rmtree, os.environ["MINIGATE_CACHE_DIR"], True)
+# scripts/ (the release pipeline) is not a package: its modules import each other by name, and the tests import them so
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 torch.set_num_threads(1)  # tests share a 2-core machine; one thread each keeps them from oversubscribing
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/gpu; `python tests/gpu/check.py` runs them)")
 
+
+@pytest.fixture(scope="session")
+def tiny():
+    """ModelConfig fields of the tests' tiny model: 2 layers of 4 heads x 8 with 2 value heads (grouped queries),
+    d_model 32, d_ff 48, 64 token ids, no gate. Read-only: a test adds its own, ModelConfig(**tiny, gate="G1")."""
+    return MappingProxyType(dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48))
+
+
+@pytest.fixture(scope="session")
+def tiny_deep(tiny):
+    """The tiny model with a third layer: a first, a middle and a last layer (the per-layer measures, the sweeps over
+    layers and the overrides of one layer among several)."""
+    return MappingProxyType(dict(tiny, n_layers=3))
+
+
+@pytest.fixture(scope="session")
+def tiny_hf():
+    """The tiny model as transformers' Qwen3Config fields (what a Hugging Face folder of it holds)."""
+    return MappingProxyType(dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny):
+    """tiny_model(**fields) -> the tiny model with those ModelConfig fields changed (its gate, say), its weights
+    seeded with 0, in eval mode."""
+    from minigate import ModelConfig, Transformer
+
+    def make(**fields):
+        torch.manual_seed(0)
+        return Transformer(ModelConfig(**{**tiny, **fields})).eval()
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tokens():
+    """tokens(n=2, t=10, vocab=50, seed=0) -> (n, t) seeded random token ids below `vocab`; t=None: a flat stream of
+    n ids."""
+    def make(n: int = 2, t: int | None = 10, vocab: int = 50, seed: int = 0) -> torch.Tensor:
+        shape = (n,) if t is None else (n, t)
+        return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def prose():
+    """The 75 held-out WikiText-2 windows of 512 tokens the shipped models are measured on (measure.prose_windows),
+    read once per test process."""
+    from minigate import data, measure
+
+    return measure.prose_windows(data.DEFAULT_TOKENIZER)
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """free_port() -> a local TCP port nothing listens on now."""
+    def pick() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return pick
+
+
+@pytest.fixture(scope="session")
+def ci_args():
+    """`minigate train` flags of a quiet one-thread run of the ci preset's headwise model (add --out and --steps)."""
+    return ("--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1")

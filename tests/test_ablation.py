@@ -12,20 +12,29 @@ from minigate import ablation as ab
 from minigate import overrides as ov
 from minigate.evaluation import evaluate
 
-TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=32)
 GRANS = ["headwise", "elementwise"]
-TOKENS = torch.randint(0, 64, (600,), generator=torch.Generator().manual_seed(0))
+CONTEXT = 32  # the models' max_seq_len: chunks of 16 tokens fit, 33 do not
 
 
-def model_for(gran="headwise", gate="G1", seed=0):
-    """A tiny model with weights large enough that every override visibly moves the loss."""
-    torch.manual_seed(seed)
-    model = Transformer(ModelConfig(**TINY, gate=gate, gate_granularity=gran)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.25)
-    return model
+@pytest.fixture
+def stream(tokens):
+    return tokens(600, None, vocab=64)
+
+
+@pytest.fixture
+def model_for(tiny_deep):
+    """model_for(gran, gate, seed) -> the three-layer tiny model (a 32-token context) with weights large enough that
+    every override visibly moves the loss."""
+    def make(gran="headwise", gate="G1", seed=0):
+        torch.manual_seed(seed)
+        model = Transformer(ModelConfig(**tiny_deep, max_seq_len=CONTEXT, gate=gate, gate_granularity=gran)).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.normal_(0, 0.25)
+        return model
+
+    return make
 
 
 def cached(model, hooks, chunks):
@@ -49,23 +58,23 @@ def overridden(model, hooks, chunks) -> dict[int, torch.Tensor]:
 
 
 # -- chunks and perplexity ----------------------------------------------------------------------------
-def test_chunks_are_bos_plus_consecutive_windows():
-    c = ab.chunks(TOKENS, 5, 16, bos_id=7)
+def test_chunks_are_bos_plus_consecutive_windows(stream):
+    c = ab.chunks(stream, 5, 16, bos_id=7)
     assert c.shape == (5, 17) and (c[:, 0] == 7).all()
-    torch.testing.assert_close(c[:, 1:].flatten(), TOKENS[:80])
+    torch.testing.assert_close(c[:, 1:].flatten(), stream[:80])
 
 
-def test_perplexity_is_exp_of_the_training_loops_evaluate():
+def test_perplexity_is_exp_of_the_training_loops_evaluate(model_for, stream):
     model = model_for()
-    c = ab.chunks(TOKENS, 6, 16)
+    c = ab.chunks(stream, 6, 16)
     r = ab.perplexity(model, c, batch_size=4)
-    loss = evaluate(model, TOKENS[:96], seq_len=16, batch_size=5)  # the same windows, computed independently
+    loss = evaluate(model, stream[:96], seq_len=16, batch_size=5)  # the same windows, computed independently
     assert r.ppl == pytest.approx(math.exp(loss), rel=1e-6)
     assert r.loss == pytest.approx(loss, rel=1e-6) and r.n_tokens == 96 and r.chunk_losses.shape == (6,)
 
 
-def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_chunks():
-    r = ab.perplexity(model_for(), ab.chunks(TOKENS, 8, 16))
+def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_chunks(model_for, stream):
+    r = ab.perplexity(model_for(), ab.chunks(stream, 8, 16))
     assert r.ci[0] < r.ppl < r.ci[1]
     g = torch.Generator().manual_seed(1)
     few, many = torch.rand(10, generator=g, dtype=torch.float64), torch.rand(1000, generator=g, dtype=torch.float64)
@@ -76,8 +85,8 @@ def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_chunks()
 
 # -- overrides touch exactly their target ----------------------------------------------------------------
 @pytest.mark.parametrize("gran", GRANS)
-def test_each_override_touches_exactly_its_layer_and_head(gran):
-    model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
+def test_each_override_touches_exactly_its_layer_and_head(gran, model_for, stream):
+    model, c = model_for(gran), ab.chunks(stream, 3, 16)
     assert overridden(model, [], c) == {}
     assert set(overridden(model, ov.set_gates(model, 0.3), c)) == {0, 1, 2}
     assert set(overridden(model, ov.set_gates(model, 0.3, layers=[0, 2]), c)) == {0, 2}
@@ -88,8 +97,8 @@ def test_each_override_touches_exactly_its_layer_and_head(gran):
 
 
 @pytest.mark.parametrize("gran", GRANS)
-def test_closed_head_silences_that_head_only(gran):
-    model, c = model_for(gran), ab.chunks(TOKENS, 3, 16)
+def test_closed_head_silences_that_head_only(gran, model_for, stream):
+    model, c = model_for(gran), ab.chunks(stream, 3, 16)
     clean, closed = cached(model, [], c), cached(model, ov.close_head(model, 1, 2), c)
     z = closed["blocks.1.attn.hook_z_gated"]
     assert z[:, :, 2].abs().max() == 0 and z[:, :, [0, 1, 3]].abs().min() > 0
@@ -99,11 +108,11 @@ def test_closed_head_silences_that_head_only(gran):
 
 
 @pytest.mark.parametrize("gran", GRANS)
-def test_all_gates_forced_open_equals_the_model_without_gate_rows(gran):
-    gated, c = model_for(gran), ab.chunks(TOKENS, 4, 16)
-    plain = Transformer(ModelConfig(**TINY)).eval()
+def test_all_gates_forced_open_equals_the_model_without_gate_rows(gran, model_for, stream, tiny_deep):
+    gated, c = model_for(gran), ab.chunks(stream, 4, 16)
+    plain = Transformer(ModelConfig(**tiny_deep, max_seq_len=CONTEXT)).eval()
     state, (H, K, D, d) = gated.state_dict(), (4, 2, 8, 32)
-    for L in range(TINY["n_layers"]):  # drop the gate rows from q_proj (grouped per kv head)
+    for L in range(tiny_deep["n_layers"]):  # drop the gate rows from q_proj (grouped per kv head)
         w = state[f"blocks.{L}.attn.q_proj.weight"].view(K, -1, d)
         state[f"blocks.{L}.attn.q_proj.weight"] = w[:, : (H // K) * D].reshape(H * D, d)
     plain.load_state_dict(state)
@@ -113,16 +122,16 @@ def test_all_gates_forced_open_equals_the_model_without_gate_rows(gran):
 
 
 @pytest.mark.parametrize("gran", GRANS)
-def test_mean_gates_are_the_clean_mean_at_every_position(gran):
-    model, c = model_for(gran), ab.chunks(TOKENS, 4, 16)
+def test_mean_gates_are_the_clean_mean_at_every_position(gran, model_for, stream):
+    model, c = model_for(gran), ab.chunks(stream, 4, 16)
     clean = cached(model, [], c)["blocks.1.attn.hook_gate"]
     gate = cached(model, ab.mean_gates(model, c), c)["blocks.1.attn.hook_gate"]
     expected = clean.mean(dim=(0, 1))  # (head,) or (head, d_head)
     torch.testing.assert_close(gate, expected.expand_as(gate), atol=1e-6, rtol=1e-6)
 
 
-def test_controls_change_the_targeted_output_as_documented():
-    model, c = model_for(), ab.chunks(TOKENS, 4, 16)
+def test_controls_change_the_targeted_output_as_documented(model_for, stream):
+    model, c = model_for(), ab.chunks(stream, 4, 16)
     clean = cached(model, [], c)
     a0, m1 = clean["blocks.0.hook_attn_out"], clean["blocks.1.hook_mlp_out"]
     torch.testing.assert_close(cached(model, ov.scale_output(model, 0, 3.0), c)["blocks.0.hook_attn_out"], 3 * a0)
@@ -139,8 +148,8 @@ def test_controls_change_the_targeted_output_as_documented():
 
 # -- forbidding <bos> ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gate, head", [("none", None), ("G1", None), ("G1", 2)])
-def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, head):
-    model, c = model_for(gate=gate), ab.chunks(TOKENS, 3, 16)
+def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, head, model_for, stream):
+    model, c = model_for(gate=gate), ab.chunks(stream, 3, 16)
     hooks = ov.forbid_bos(model, 1, head)
     assert [name for name, _ in hooks] == ["blocks.1.attn.hook_pattern"]
     clean, forbidden = cached(model, [], c), cached(model, hooks, c)
@@ -158,7 +167,7 @@ def test_forbid_bos_zeroes_key_0_renormalises_and_touches_nothing_else(gate, hea
     assert every.loss != pytest.approx(ab.perplexity(model, c, ci=False).loss, abs=1e-4)
 
 
-def test_forbid_bos_rows_with_nothing_but_bos_stay_zero():
+def test_forbid_bos_rows_with_nothing_but_bos_stay_zero(model_for):
     pattern = torch.zeros(1, 2, 3, 3)
     pattern[..., 0] = 1.0  # every query on <bos> alone: nothing left to renormalise over
     (_, forbid), = ov.forbid_bos(model_for(), 0)
@@ -184,8 +193,8 @@ def test_rank_layers_orders_exactly_the_named_layer_conditions_by_nats():
         ab.rank_layers({"L0 open": _ppl(3.0)})
 
 
-def test_rank_layers_on_a_sweep_is_the_log_perplexity_ratio():
-    model, c = model_for("elementwise"), ab.chunks(TOKENS, 4, 16)
+def test_rank_layers_on_a_sweep_is_the_log_perplexity_ratio(model_for, stream):
+    model, c = model_for("elementwise"), ab.chunks(stream, 4, 16)
     results = ab.sweep(model, c, {"learned": [], **ab.layer_conditions(model)}, ci=False, progress=False)
     ranked = ab.rank_layers(results, "closed")
     want = sorted(((L, math.log(results[f"L{L} closed"].ppl / results["learned"].ppl)) for L in range(3)),
@@ -196,8 +205,8 @@ def test_rank_layers_on_a_sweep_is_the_log_perplexity_ratio():
 
 # -- the batched sweep ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gran", GRANS)
-def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
-    model, c = model_for(gran), ab.chunks(TOKENS, 5, 16)
+def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran, model_for, stream):
+    model, c = model_for(gran), ab.chunks(stream, 5, 16)
     stats = ab.activation_moments(model, c)
     conds = {**ab.published_conditions(model, c, first_layers=2, stats=stats),
              **ab.control_conditions(model, c, layers=[1], stats=stats),
@@ -220,9 +229,9 @@ def test_batched_sweep_equals_looped_sweep_for_every_condition_kind(gran):
 
 
 # -- bad requests -----------------------------------------------------------------------------------------
-def test_bad_requests_name_the_fix():
+def test_bad_requests_name_the_fix(model_for, stream):
     gated, plain = model_for(), model_for(gate="none")
-    c = ab.chunks(TOKENS, 2, 16)
+    c = ab.chunks(stream, 2, 16)
     for make in (lambda: ov.set_gates(plain, 0.1), lambda: ov.close_head(plain, 0, 0),
                  lambda: ab.mean_gates(plain, c), lambda: ab.published_conditions(plain, c)):
         with pytest.raises(ValueError, match=r"no gate \(gate='none'\).*gate='G1'.*the controls"):
@@ -238,11 +247,11 @@ def test_bad_requests_name_the_fix():
     with pytest.raises(ValueError, match=r"layer 3 is out of range"):
         ov.forbid_bos(plain, 3)
     with pytest.raises(ValueError, match="trained for max_seq_len=32.*use chunk_len <= 32"):
-        ab.chunks(TOKENS, 2, 33, model=gated)
+        ab.chunks(stream, 2, 33, model=gated)
     with pytest.raises(ValueError, match="max_seq_len=32"):
-        ab.perplexity(gated, ab.chunks(TOKENS, 2, 40))
+        ab.perplexity(gated, ab.chunks(stream, 2, 40))
     with pytest.raises(ValueError, match="600 tokens, too few.*use n_chunks <= 37"):
-        ab.chunks(TOKENS, 50, 16)
+        ab.chunks(stream, 50, 16)
     with pytest.raises(ValueError, match="component='resid'"):
         ov.scale_output(gated, 0, 2.0, "resid")
     with pytest.raises(ValueError, match="list of \\(hook name, fn\\) pairs"):

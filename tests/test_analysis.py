@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from minigate import ModelConfig, Transformer
-from minigate.analysis import attention_sink, massive_activations, peak_to_median, uniform_first_token_share
+from minigate.analysis import attention_sink, massive_activations, published_measures, uniform_first_token_share
 from minigate.data import PROMPT_TYPES, get_tokenizer, load_prompts
 from minigate.gates import compare_gates, gate_scores, gate_scores_by_type
 from minigate.stats import bootstrap_ci, quantile
 
-TINY = dict(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
-TOKENS = torch.randint(0, 50, (5, 12), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def batch(tokens):
+    return tokens(5, 12)
 
 
 def planted(pattern_fn):
@@ -31,40 +34,40 @@ def uniform_causal(p):
     return (causal / causal.sum(-1, keepdim=True)).expand_as(p)
 
 
-def test_all_mass_on_first_token_is_share_one_and_every_head_a_sink():
-    model = Transformer(ModelConfig(**TINY))
+def test_all_mass_on_first_token_is_share_one_and_every_head_a_sink(tiny_deep, batch):
+    model = Transformer(ModelConfig(**tiny_deep))
     with model.hooks(planted(all_on_first)):
-        s = attention_sink(model, TOKENS, batch_size=2)
+        s = attention_sink(model, batch, batch_size=2)
     torch.testing.assert_close(s.share, torch.ones(3, 4))
     assert s.f_attn == pytest.approx(1.0) and s.sink_rate == 1.0 and s.n_sink_heads == 12
 
 
-def test_uniform_causal_attention_gives_the_analytic_share():
-    model = Transformer(ModelConfig(**TINY))
+def test_uniform_causal_attention_gives_the_analytic_share(tiny_deep, batch):
+    model = Transformer(ModelConfig(**tiny_deep))
     with model.hooks(planted(uniform_causal)):
-        s = attention_sink(model, TOKENS)
+        s = attention_sink(model, batch)
     expected = sum(1 / (i + 1) for i in range(12)) / 12
     assert uniform_first_token_share(12) == pytest.approx(expected)
     torch.testing.assert_close(s.share, torch.full((3, 4), expected))
     assert s.sink_rate == 0.0
 
 
-def test_one_planted_sink_head():
+def test_one_planted_sink_head(tiny_deep, tokens):
     def one_head(p):
         p = p.clone()
         p[:, 2] = all_on_first(p[:, 2])
         return p
 
-    model = Transformer(ModelConfig(**TINY))
-    long = torch.randint(0, 50, (4, 40), generator=torch.Generator().manual_seed(1))  # others near 1/40 * H_40
+    model = Transformer(ModelConfig(**tiny_deep))
+    long = tokens(4, 40, seed=1)  # others near 1/40 * H_40
     with model.hooks([("blocks.1.attn.hook_pattern", lambda p, hook: one_head(p))]):
         s = attention_sink(model, long)
     assert s.share[1, 2] == pytest.approx(1.0) and s.n_sink_heads == 1
     assert s.sink_rate == pytest.approx(1 / 12)
 
 
-def test_massive_activation_found_where_planted():
-    model = Transformer(ModelConfig(**TINY))
+def test_massive_activation_found_where_planted(tiny_deep, batch):
+    model = Transformer(ModelConfig(**tiny_deep))
 
     calls = []
 
@@ -76,16 +79,17 @@ def test_massive_activation_found_where_planted():
         return x
 
     with model.hooks([("blocks.1.hook_resid_post", plant)]):
-        a = massive_activations(model, TOKENS, batch_size=2)
+        a = massive_activations(model, batch, batch_size=2)
     assert a.max_abs[1] == 1000.0 and a.where[1].tolist() == [3, 7, 5]
     assert a.max_abs[0] < 100 and a.peak == pytest.approx(1000.0, abs=1.0)  # it rides the residual stream
     assert a.m_act == pytest.approx(a.max_abs.mean().item())
 
 
-def test_peak_to_median_is_each_layers_largest_magnitude_over_its_median():
-    """Sun et al.'s yardstick: a planted value 1000 times the layer's typical magnitude gives 1000, across batches;
-    a layer without one gives its own max / median over the whole residual stream."""
-    model = Transformer(ModelConfig(**TINY)).eval()
+def test_peak_to_median_is_each_layers_largest_magnitude_over_its_median(tiny_deep, batch):
+    """Sun et al.'s yardstick, from the measuring pass's own residual stream (residuals=True): a planted value 1000
+    times the layer's typical magnitude gives 1000, across batches; a layer without one gives its own max / median over
+    the whole residual stream; published_measures keeps the same stream."""
+    model = Transformer(ModelConfig(**tiny_deep)).eval()
     resid, calls = {}, []
 
     def plant(x, hook):  # the last layer: every value 1 or -1, then one -1000 in the second batch of 2
@@ -96,36 +100,49 @@ def test_peak_to_median_is_each_layers_largest_magnitude_over_its_median():
         return x
 
     with model.hooks([("blocks.2.hook_resid_post", plant)]):
-        ratio = peak_to_median(model, TOKENS, batch_size=2)
+        acts = massive_activations(model, batch, batch_size=2, residuals=True)
+    ratio = acts.peak_to_median
+    assert acts.resid.shape == (3, *batch.shape, model.cfg.d_model) and acts.max_abs[2].item() == 1000.0
     with model.hooks([(lambda n: n.endswith("hook_resid_post"), lambda x, hook: resid.setdefault(hook.layer, x))]):
-        model(TOKENS)
+        model(batch)
     assert ratio.shape == (3,) and ratio[2].item() == pytest.approx(1000.0)
     for layer in (0, 1):
         a = resid[layer].abs()
         assert ratio[layer].item() == pytest.approx((a.max() / a.median()).item(), rel=1e-5)
+    kept = published_measures(model, batch, batch_size=2, residuals=True).act
+    assert torch.allclose(kept.peak_to_median[:2], ratio[:2], rtol=1e-5)  # (its attention path: explicit)
+    assert kept.per_window.shape == (batch.shape[0], 3)
+    with pytest.raises(ValueError, match="measure with residuals=True"):
+        _ = massive_activations(model, batch).peak_to_median
 
 
-def test_empty_tokens_is_a_clear_error():
+def test_empty_tokens_is_a_clear_error(tiny_deep):
     with pytest.raises(ValueError, match="non-empty"):
-        attention_sink(Transformer(ModelConfig(**TINY)), torch.zeros(0, 5, dtype=torch.long))
+        attention_sink(Transformer(ModelConfig(**tiny_deep)), torch.zeros(0, 5, dtype=torch.long))
 
 
-def test_sink_ci_over_prompts():
-    model = Transformer(ModelConfig(**TINY))
+def test_sink_ci_over_prompts(tiny_deep, batch):
+    model = Transformer(ModelConfig(**tiny_deep))
     with model.hooks(planted(all_on_first)):
-        s = attention_sink(model, TOKENS, batch_size=2)
+        s = attention_sink(model, batch, batch_size=2)
     assert s.per_prompt.shape == (5, 3, 4)
     for k in ("f_attn", "sink_rate"):
         assert [v.item() for v in s.ci()[k]] == pytest.approx([1.0, 1.0, 1.0])
-    s = attention_sink(model, TOKENS, batch_size=2)  # untrained: the estimate is the plain F-Attn
+    s = attention_sink(model, batch, batch_size=2)  # untrained: the estimate is the plain F-Attn
     est, low, high = s.ci()["f_attn"]
     assert est.item() == pytest.approx(s.f_attn) and low <= est <= high
 
 
 # -- gate anatomy on planted gate values ------------------------------------------------------------------
-def gated(granularity="headwise", **kw):
-    torch.manual_seed(0)
-    return Transformer(ModelConfig(**{**TINY, **kw}, gate="G1", gate_granularity=granularity))
+@pytest.fixture
+def make_gated(tiny_deep):
+    """make_gated(granularity, **fields) -> the three-layer tiny model with a G1 gate (or the gate fields given),
+    seeded."""
+    def make(granularity="headwise", **fields):
+        torch.manual_seed(0)
+        return Transformer(ModelConfig(**{**tiny_deep, "gate": "G1", "gate_granularity": granularity, **fields}))
+
+    return make
 
 
 def plant_gate(fn):
@@ -146,8 +163,8 @@ def by_position(g, layer):  # g (batch, pos, head[, d_head])
 
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
-def test_planted_distribution_and_first_vs_rest(granularity):
-    model = gated(granularity)
+def test_planted_distribution_and_first_vs_rest(granularity, make_gated):
+    model = make_gated(granularity)
     with model.hooks(plant_gate(by_position)):
         g = gate_scores(model, ids(5, 5, 5, 5), batch_size=3)
     d = g.distribution(bins=20)
@@ -166,8 +183,8 @@ def test_planted_distribution_and_first_vs_rest(granularity):
     torch.testing.assert_close(g.first_vs_rest(by_layer=True).first, torch.full((3,), 0.02))
 
 
-def test_variable_length_prompts_pool_tokens_without_padding():
-    model = gated()
+def test_variable_length_prompts_pool_tokens_without_padding(make_gated):
+    model = make_gated()
     with model.hooks(plant_gate(lambda g, layer: torch.arange(g.shape[1]).reshape(1, -1, 1).expand_as(g) / 10)):
         g = gate_scores(model, ids(2, 5, 3))
     assert g.values.shape == (10, 3, 4) and g.pos.tolist() == [0, 1, 0, 1, 2, 3, 4, 0, 1, 2]
@@ -179,8 +196,8 @@ def test_variable_length_prompts_pool_tokens_without_padding():
 
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
-def test_batched_prompts_read_the_real_gate_of_each_prompt_alone(granularity):
-    model = gated(granularity)
+def test_batched_prompts_read_the_real_gate_of_each_prompt_alone(granularity, make_gated):
+    model = make_gated(granularity)
     prompts = ids(4, 6, 4, 2, 6, 4, seed=1)
     g = gate_scores(model, prompts, layers=[2, 0], batch_size=2)
     assert g.layers == [2, 0] and g.tokens.tolist() == sum(prompts, [])
@@ -194,14 +211,14 @@ def test_batched_prompts_read_the_real_gate_of_each_prompt_alone(granularity):
 
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
-def test_planted_layer_and_head_means_and_token_matrix(granularity):
+def test_planted_layer_and_head_means_and_token_matrix(granularity, make_gated):
     def per_head(g, layer):  # (layer * 4 + head) / 20, plus (d - 3.5) / 100 per dim, which averages to 0
         out = (layer * 4 + torch.arange(4)) / 20
         if g.dim() == 4:
             out = out[:, None] + (torch.arange(8) - 3.5) / 100
         return out.expand_as(g).clone()
 
-    model = gated(granularity)
+    model = make_gated(granularity)
     with model.hooks(plant_gate(per_head)):
         g = gate_scores(model, ids(3, 7, 5))
     expected = (torch.arange(3)[:, None] * 4 + torch.arange(4)) / 20  # (layer, head)
@@ -212,8 +229,8 @@ def test_planted_layer_and_head_means_and_token_matrix(granularity):
     torch.testing.assert_close(g.head_averaged().values.mean(0), expected)
 
 
-def test_layer_quantiles():
-    model = gated()
+def test_layer_quantiles(make_gated):
+    model = make_gated()
     with model.hooks(plant_gate(lambda g, layer: torch.full_like(g, 0.05) if layer == 0 else torch.rand_like(g))):
         g = gate_scores(model, ids(6, 9))
     q = g.layer_quantiles(q=(0.1, 0.5, 0.9))
@@ -230,7 +247,7 @@ def test_quantile_matches_torch_on_random_values():
     torch.testing.assert_close(quantile(x, 0.3, dim=1), torch.quantile(x, 0.3, dim=1))
 
 
-def test_dimension_classes_on_planted_elementwise_gates():
+def test_dimension_classes_on_planted_elementwise_gates(make_gated):
     def dims(g, layer):  # g (batch, pos, head, d_head = 8)
         if layer == 2:
             return torch.full_like(g, 0.99)
@@ -242,7 +259,7 @@ def test_dimension_classes_on_planted_elementwise_gates():
         out[0, 5, :, 4], out[0, 5, :, 5] = 0.99, 0.01  # one token of 48 breaks ranks: the 5% / 95% quantiles ignore it
         return out
 
-    model = gated("elementwise")
+    model = make_gated("elementwise")
     with model.hooks(plant_gate(dims)):
         g = gate_scores(model, ids(12, 12, 12, 12))
     c = g.dimension_classes()
@@ -250,7 +267,7 @@ def test_dimension_classes_on_planted_elementwise_gates():
     assert c.label[0, 0].tolist() == [0, 2, 1, 1, 0, 2, 0, 0] and (c.label[2] == 2).all()
     assert c.fractions == pytest.approx({"always_closed": 8 / 24, "input_dependent": 4 / 24, "always_open": 12 / 24})
     torch.testing.assert_close(c.per_layer, torch.tensor([[0.5, 0.25, 0.25], [0.5, 0.25, 0.25], [0.0, 0.0, 1.0]]))
-    with gated().hooks(plant_gate(lambda g, layer: torch.full_like(g, 0.01))) as hw:
+    with make_gated().hooks(plant_gate(lambda g, layer: torch.full_like(g, 0.01))) as hw:
         assert (gate_scores(hw, ids(4, 4)).dimension_classes().label == 0).all()  # headwise: (layer, head)
 
 
@@ -275,7 +292,7 @@ def test_bootstrap_covers_the_true_mean_about_95_percent_of_the_time():
     assert 0.915 <= hits / 1000 <= 0.97
 
 
-def test_bootstrap_fast_mean_equals_the_general_path_and_weights_pool_tokens():
+def test_bootstrap_fast_mean_equals_the_general_path_and_weights_pool_tokens(tokens):
     x = torch.rand(30, 3, 2)
     fast, general = bootstrap_ci(x, seed=3), bootstrap_ci(x, stat=lambda t, dim: t.mean(dim), seed=3)
     for a, b in zip(fast, general, strict=True):
@@ -300,8 +317,8 @@ def test_bootstrap_errors(kwargs, match):
         bootstrap_ci(**kwargs)
 
 
-def test_gate_cis_resample_prompts_not_tokens():
-    model = gated()  # prompt b has gate b / 10 at every token: all the spread is between prompts
+def test_gate_cis_resample_prompts_not_tokens(make_gated):
+    model = make_gated()  # prompt b has gate b / 10 at every token: all the spread is between prompts
     with model.hooks(plant_gate(lambda g, layer: (torch.arange(g.shape[0]) / 10).reshape(-1, 1, 1).expand_as(g))):
         g = gate_scores(model, torch.tensor(ids(20, 20, 20, 20, 20)))
     est, low, high = g.layer_means(ci=True)
@@ -313,8 +330,8 @@ def test_gate_cis_resample_prompts_not_tokens():
     assert set(f.ci) == {"first", "rest", "ratio"} and f.ci["ratio"][0] <= f.ratio <= f.ci["ratio"][1]
 
 
-def test_per_type_stats_read_each_types_own_prompts():
-    model = gated(vocab_size=4096)
+def test_per_type_stats_read_each_types_own_prompts(make_gated):
+    model = make_gated(vocab_size=4096)
     tok = get_tokenizer()
     current = {}
     model.register_forward_pre_hook(lambda m, args: current.update(tokens=args[0]))
@@ -331,23 +348,23 @@ def test_per_type_stats_read_each_types_own_prompts():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: gate_scores(Transformer(ModelConfig(**TINY)), ids(3)),
+    (lambda gated: gate_scores(gated(gate="none"), ids(3)),
      r"reads the paper's G1 gate.*no gate \(gate='none'\); load a headwise"),
-    (lambda: gate_scores(Transformer(ModelConfig(**TINY, gate="G3")), ids(3)), "G1"),
-    (lambda: gate_scores(gated(), []), "prompt set is empty"),
-    (lambda: gate_scores_by_type(gated(), {}), "prompt set is empty"),
-    (lambda: gate_scores_by_type(gated(), {"code": []}), "type 'code' is empty"),
-    (lambda: gate_scores(gated(), ids(3), layers=[3]), "layer 3 is out of range.*3 layers"),
-    (lambda: gate_scores(gated(), ids(3)).token_matrix(0, head=4), "head 4 is out of range.*4 heads"),
-    (lambda: gate_scores(gated(), ids(3)).token_matrix(1), "prompt 1 is out of range"),
-    (lambda: gate_scores(gated(), ["some text"]), "tokenizer="),
-    (lambda: gate_scores(gated(), [[0, 99]]), "prompt 0 hold token id 99, but the model's vocab_size is"),
-    (lambda: gate_scores(gated(), [[0, 5], [-2, 3]]), "prompt 1 hold token id -2, "),  # the negative id, not the max
-    (lambda: load_prompts("poetry"), "unknown prompt type 'poetry'"),
+    (lambda gated: gate_scores(gated(gate="G3"), ids(3)), "G1"),
+    (lambda gated: gate_scores(gated(), []), "prompt set is empty"),
+    (lambda gated: gate_scores_by_type(gated(), {}), "prompt set is empty"),
+    (lambda gated: gate_scores_by_type(gated(), {"code": []}), "type 'code' is empty"),
+    (lambda gated: gate_scores(gated(), ids(3), layers=[3]), "layer 3 is out of range.*3 layers"),
+    (lambda gated: gate_scores(gated(), ids(3)).token_matrix(0, head=4), "head 4 is out of range.*4 heads"),
+    (lambda gated: gate_scores(gated(), ids(3)).token_matrix(1), "prompt 1 is out of range"),
+    (lambda gated: gate_scores(gated(), ["some text"]), "tokenizer="),
+    (lambda gated: gate_scores(gated(), [[0, 99]]), "prompt 0 hold token id 99, but the model's vocab_size is"),
+    (lambda gated: gate_scores(gated(), [[0, 5], [-2, 3]]), "prompt 1 hold token id -2, "),  # the negative id
+    (lambda gated: load_prompts("poetry"), "unknown prompt type 'poetry'"),
 ])
-def test_clear_errors(call, match):
+def test_clear_errors(call, match, make_gated):
     with pytest.raises(ValueError, match=match):
-        call()
+        call(make_gated)
 
 
 # -- the prompt sets ------------------------------------------------------------------------------------------
@@ -365,12 +382,12 @@ def test_prompt_sets_have_50_unique_prompts_per_type():
     assert load_prompts("code") == {"code": prompts["code"]}
 
 
-def test_sink_tracker_also_measures_the_first_64_positions():
+def test_sink_tracker_also_measures_the_first_64_positions(tiny_deep, tokens):
     from minigate.analysis import TRACKED, sink_tracker
 
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, max_seq_len=96)).eval()
-    long = torch.randint(0, 50, (3, 96), generator=torch.Generator().manual_seed(1))
+    model = Transformer(ModelConfig(**tiny_deep, max_seq_len=96)).eval()
+    long = tokens(3, 96, seed=1)
     out = sink_tracker(long)(1, model, None)
     short = attention_sink(model, long[:, :64])  # causal: the first 64 queries see only the first 64 keys
     assert out["f_attn_64"] == pytest.approx(short.f_attn)
@@ -378,4 +395,5 @@ def test_sink_tracker_also_measures_the_first_64_positions():
     assert out["f_attn"] == pytest.approx(attention_sink(model, long).f_attn)
     assert out["f_attn_64"] != pytest.approx(out["f_attn"])  # shorter windows: more on the first token
     assert "f_attn_64" not in sink_tracker(long[:, :64])(1, model, None)
-    assert set(out) == set(TRACKED) and all(isinstance(out[k], (float, list)) for k in out)
+    assert set(out) == set(TRACKED) and all(isinstance(out[k], (float, list)) for k in out if k != "sink_heads_64")
+    assert out["sink_heads_64"] == short.n_sink_heads and type(out["sink_heads_64"]) is int  # a count

@@ -25,8 +25,6 @@ from minigate.cli import main
 from minigate.presets import TrainConfig
 from minigate.runfolder import RunFolderInUse, RunLock
 
-ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1"]
-TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64)
 
 
 def _snapshot(folder: Path) -> dict:
@@ -35,10 +33,10 @@ def _snapshot(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, ci_args):
     """A finished 3-step `ci` run (checkpoint, history, run.json, model/)."""
     out = tmp_path_factory.mktemp("bad") / "run"
-    assert main(["train", *ARGS, "--out", str(out), "--steps", "3"]) == 0
+    assert main(["train", *ci_args, "--out", str(out), "--steps", "3"]) == 0
     return out
 
 
@@ -76,40 +74,40 @@ SET_CASES = [
 
 
 @pytest.mark.parametrize("setting,fragment", SET_CASES, ids=[c[0] for c in SET_CASES])
-def test_bad_set_value_is_refused_and_the_run_is_untouched(run_dir, capsys, setting, fragment):
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(run_dir), "--resume", "--set", setting],
+def test_bad_set_value_is_refused_and_the_run_is_untouched(run_dir, capsys, setting, fragment, ci_args):
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(run_dir), "--resume", "--set", setting],
                     "--set", fragment, folder=run_dir)
 
 
-def test_bad_set_on_a_fresh_folder_writes_nothing(tmp_path, capsys):
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(tmp_path / "new"), "--set", "lr=-1"], "lr")
+def test_bad_set_on_a_fresh_folder_writes_nothing(tmp_path, capsys, ci_args):
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(tmp_path / "new"), "--set", "lr=-1"], "lr")
     assert not (tmp_path / "new").exists()
 
 
-def test_a_rejected_resume_leaves_run_json_so_the_plain_resume_still_works(run_copy, capsys):
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(run_copy), "--resume", "--set", "d_ff=128"],
+def test_a_rejected_resume_leaves_run_json_so_the_plain_resume_still_works(run_copy, capsys, ci_args):
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(run_copy), "--resume", "--set", "d_ff=128"],
                     "another model config", "d_ff", folder=run_copy)
     assert "delete" not in capsys.readouterr().err
     with pytest.warns(UserWarning, match="steps"):
-        assert main(["train", *ARGS, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
+        assert main(["train", *ci_args, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
     assert json.loads((run_copy / "history.json").read_text())["step"] == [1, 2, 3, 4]
 
 
-def test_set_order_does_not_matter_and_the_gate_is_named_as_built(tmp_path, capsys):
+def test_set_order_does_not_matter_and_the_gate_is_named_as_built(tmp_path, capsys, ci_args):
     for order in (["gate=G5", "gate_granularity=elementwise"], ["gate_granularity=elementwise", "gate=G5"]):
         out = tmp_path / "_".join(order)
         sets = [x for s in order for x in ("--set", s)]
         capsys.readouterr()
-        assert main(["train", *ARGS, "--out", str(out), "--steps", "1", *sets]) == 0
+        assert main(["train", *ci_args, "--out", str(out), "--steps", "1", *sets]) == 0
         assert "ci / G5 elementwise:" in capsys.readouterr().out
         assert json.loads((out / "run.json").read_text())["gate_config"] == "G5 elementwise"
         assert minigate.from_pretrained(out / "model").cfg.gate == "G5"
 
 
 # -- flags, folders, files ------------------------------------------------------------------------------
-def test_flag_values_are_checked_by_the_parser(tmp_path, capsys):
-    for argv, fragment in [(["train", *ARGS[:4], "--out", str(tmp_path), "--threads", "-1"], "--threads"),
-                           (["train", *ARGS, "--out", str(tmp_path), "--steps", "0"], "--steps"),
+def test_flag_values_are_checked_by_the_parser(tmp_path, capsys, ci_args):
+    for argv, fragment in [(["train", *ci_args[:4], "--out", str(tmp_path), "--threads", "-1"], "--threads"),
+                           (["train", *ci_args, "--out", str(tmp_path), "--steps", "0"], "--steps"),
                            (["eval", str(tmp_path), "--seq-len", "0"], "--seq-len"),
                            (["eval", str(tmp_path), "--batch-size", "0"], "--batch-size")]:
         capsys.readouterr()
@@ -129,36 +127,38 @@ def test_the_old_gate_flag_is_one_line_naming_variant(tmp_path, capsys, flag):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_run_folder_recording_its_variant_as_gate_is_checked_and_resumes(run_copy, capsys):
-    """Folders written before run.json said "variant" (the shipped checkpoints among them) say "gate"."""
+def test_a_run_folder_recording_its_variant_as_gate_is_one_line_and_resumes_once_renamed(run_copy, capsys, ci_args):
+    """Folders written by minigate 0.1 record the variant under "gate": one line says which key to rename, nothing in
+    the folder changes, and once renamed the run resumes."""
     recorded = json.loads((run_copy / "run.json").read_text())
     (run_copy / "run.json").write_text(json.dumps({("gate" if k == "variant" else k): v for k, v in recorded.items()}))
-    _one_line_error(capsys, ["train", "--preset", "ci", "--variant", "none", "--quiet", "--out", str(run_copy),
-                             "--resume"], "holds a run of --preset ci --variant headwise", folder=run_copy)
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(run_copy), "--resume"],
+                    "records the run's variant under 'gate'", "rename that key to 'variant'", folder=run_copy)
+    (run_copy / "run.json").write_text(json.dumps(recorded))  # what the line asks for
     with pytest.warns(UserWarning, match="steps"):
-        assert main(["train", *ARGS, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
+        assert main(["train", *ci_args, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
     assert json.loads((run_copy / "run.json").read_text())["variant"] == "headwise"
 
 
-def test_out_that_is_a_file_or_unwritable(tmp_path, capsys):
+def test_out_that_is_a_file_or_unwritable(tmp_path, capsys, ci_args):
     f = tmp_path / "a_file"
     f.write_text("mine")
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(f)], "is a file")
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(f)], "is a file")
     assert f.read_text() == "mine"
-    _one_line_error(capsys, ["train", *ARGS, "--out", "/proc/minigate-run"], "cannot be written")
+    _one_line_error(capsys, ["train", *ci_args, "--out", "/proc/minigate-run"], "cannot be written")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_device_cuda_without_cuda(tmp_path, capsys):
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(tmp_path / "r"), "--device", "cuda"], "no CUDA GPU")
+def test_device_cuda_without_cuda(tmp_path, capsys, ci_args):
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(tmp_path / "r"), "--device", "cuda"], "no CUDA GPU")
     assert not (tmp_path / "r").exists()
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(tmp_path / "r"), "--device", "gpu0"], "not a torch device")
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(tmp_path / "r"), "--device", "gpu0"], "not a torch device")
 
 
-def test_damaged_checkpoints_are_named_as_damaged_and_left_alone(run_copy, capsys):
+def test_damaged_checkpoints_are_named_as_damaged_and_left_alone(run_copy, capsys, ci_args):
     ckpt = run_copy / "checkpoint.pt"
     good = ckpt.read_bytes()
-    resume = ["train", *ARGS, "--out", str(run_copy), "--resume", "--steps", "5"]
+    resume = ["train", *ci_args, "--out", str(run_copy), "--resume", "--steps", "5"]
     ckpt.write_bytes(good[: len(good) // 2])  # truncated
     _one_line_error(capsys, resume, "checkpoint.pt is damaged", "truncated", folder=run_copy)
     ckpt.write_bytes(b"")  # empty
@@ -178,7 +178,7 @@ def test_damaged_checkpoints_are_named_as_damaged_and_left_alone(run_copy, capsy
         load_checkpoint(ckpt)
 
 
-def test_damaged_weights_tokenizer_and_config(run_copy, capsys, tmp_path):
+def test_damaged_weights_tokenizer_and_config(run_copy, capsys, tmp_path, ci_args):
     model = run_copy / "model"
     st = model / "model.safetensors"
     st.write_bytes(st.read_bytes()[:1000])
@@ -191,7 +191,7 @@ def test_damaged_weights_tokenizer_and_config(run_copy, capsys, tmp_path):
     with pytest.raises(ValueError, match="not a valid tokenizer.json"):
         minigate.data.load_tokenizer(model / "tokenizer.json")
     bad_tok = ["--tokenizer", str(model / "tokenizer.json")]
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(tmp_path / "t"), *bad_tok], "not a valid tokenizer.json")
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(tmp_path / "t"), *bad_tok], "not a valid tokenizer.json")
 
     cfg = json.loads((model / "config.json").read_text())
     cfg["minigate"]["gate_colour"] = "blue"
@@ -200,13 +200,13 @@ def test_damaged_weights_tokenizer_and_config(run_copy, capsys, tmp_path):
         minigate.from_pretrained(model)
 
 
-def test_tokenizer_without_bos_is_refused_unless_bos_id_is_given(tmp_path, capsys):
+def test_tokenizer_without_bos_is_refused_unless_bos_id_is_given(tmp_path, capsys, ci_args):
     tok = json.loads(minigate.data.DEFAULT_TOKENIZER.read_text())
     tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "<bos>"]
     tok["model"]["vocab"] = {k: v for k, v in tok["model"]["vocab"].items() if k != "<bos>"}
     path = tmp_path / "nobos.json"
     path.write_text(json.dumps(tok))
-    _one_line_error(capsys, ["train", *ARGS, "--out", str(tmp_path / "r"), "--tokenizer", str(path)],
+    _one_line_error(capsys, ["train", *ci_args, "--out", str(tmp_path / "r"), "--tokenizer", str(path)],
                     "has no <bos> token", "--set bos_id")
     assert not (tmp_path / "r").exists()
 
@@ -228,9 +228,9 @@ def test_from_pretrained_of_a_missing_relative_path_does_not_go_to_the_hub(tmp_p
 
 
 # -- concurrency, signals, stale state --------------------------------------------------------------------
-def _start(out: Path, steps: int) -> subprocess.Popen:
+def _start(out: Path, steps: int, ci_args) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "minigate.cli", "train", *ARGS, "--out", str(out), "--steps", str(steps)]
+    cmd = [sys.executable, "-m", "minigate.cli", "train", *ci_args, "--out", str(out), "--steps", str(steps)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in proc.stdout:  # training has started once the summary line is out
         if "->" in line:
@@ -238,9 +238,9 @@ def _start(out: Path, steps: int) -> subprocess.Popen:
     return proc
 
 
-def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tmp_path, capsys):
+def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tmp_path, capsys, ci_args):
     out, steps = tmp_path / "run", 40
-    proc = _start(out, steps)
+    proc = _start(out, steps, ci_args)
     try:
         time.sleep(0.5)
         err = _one_line_error(capsys, ["train", "--preset", "ci", "--variant", "none", "--quiet", "--out", str(out)],
@@ -256,9 +256,9 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tm
     assert 1 <= stopped_at < steps and not (out / ".lock").exists()
     assert json.loads((out / "run.json").read_text())["variant"] == "headwise"  # the refused run wrote nothing
 
-    assert main(["train", *ARGS, "--out", str(out), "--steps", str(steps), "--resume"]) == 0
+    assert main(["train", *ci_args, "--out", str(out), "--steps", str(steps), "--resume"]) == 0
     straight = tmp_path / "straight"
-    assert main(["train", *ARGS, "--out", str(straight), "--steps", str(steps)]) == 0
+    assert main(["train", *ci_args, "--out", str(straight), "--steps", str(steps)]) == 0
     a, b = minigate.from_pretrained(out / "model"), minigate.from_pretrained(straight / "model")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
@@ -276,21 +276,21 @@ def test_lock_is_reentrant_in_process_and_refuses_another_process(tmp_path):
     assert issubclass(RunFolderInUse, RuntimeError)
 
 
-def test_stale_lock_and_orphan_temp_files_are_reported_and_cleaned(run_copy, capsys):
+def test_stale_lock_and_orphan_temp_files_are_reported_and_cleaned(run_copy, capsys, ci_args):
     (run_copy / ".lock").write_text("pid=999999\nhost=elsewhere\nstarted=yesterday\n")
     orphans = [run_copy / ".checkpoint.pt.4242.tmp", run_copy / "model" / ".model.safetensors.4242.tmp"]
     for p in orphans:
         p.write_bytes(b"half a file")
     capsys.readouterr()
     with pytest.warns(UserWarning, match="steps"):
-        assert main(["train", *ARGS, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
+        assert main(["train", *ci_args, "--out", str(run_copy), "--resume", "--steps", "4"]) == 0
     out = capsys.readouterr().out
     assert "process 999999 on elsewhere" in out and "no longer running" in out
     assert "removed 2 temp file(s)" in out
     assert not any(p.exists() for p in orphans) and not (run_copy / ".lock").exists()
 
 
-def test_time_based_checkpoints(tmp_path, monkeypatch):
+def test_time_based_checkpoints(tmp_path, monkeypatch, tiny):
     g = torch.Generator().manual_seed(0)
     tr, va = torch.randint(1, 64, (3000,), generator=g), torch.randint(1, 64, (500,), generator=g)
     clock = {"t": 0.0}
@@ -305,7 +305,7 @@ def test_time_based_checkpoints(tmp_path, monkeypatch):
     torch.manual_seed(0)
     cfg = TrainConfig(steps=6, batch_size=4, seq_len=16, warmup_steps=1, eval_every=3, eval_batches=1,
                         callback_every=1, ckpt_every=0, ckpt_minutes=2, device="cpu")
-    T.train(Transformer(ModelConfig(**TINY)), tr, va, cfg, out_dir=tmp_path, callback=tick, progress=False)
+    T.train(Transformer(ModelConfig(**tiny)), tr, va, cfg, out_dir=tmp_path, callback=tick, progress=False)
     assert steps_saved[:4] == [2, 2, 4, 4]  # every 2 minutes, with no step-based checkpoints
 
 
@@ -325,9 +325,9 @@ def test_train_config_rejects(field, value):
         TrainConfig(**{field: value})
 
 
-def test_token_ids_are_checked_where_they_enter_the_model():
+def test_token_ids_are_checked_where_they_enter_the_model(tiny):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY))
+    model = Transformer(ModelConfig(**tiny))
     for bad in (64, -1):
         with pytest.raises(ValueError, match=f"token id {bad}.*vocab_size is 64"):
             model(torch.tensor([[1, bad, 2]]))
@@ -337,40 +337,40 @@ def test_token_ids_are_checked_where_they_enter_the_model():
     with pytest.raises(ValueError, match="training data hold token id -3"):
         T.train(model, torch.cat([tr, torch.tensor([-3])]), va, cfg, progress=False)
     with pytest.raises(ValueError, match="seq_len=16 is longer than the model's max_seq_len=8"):
-        T.train(Transformer(ModelConfig(**TINY, max_seq_len=8)), tr, va, cfg, progress=False)
+        T.train(Transformer(ModelConfig(**tiny, max_seq_len=8)), tr, va, cfg, progress=False)
 
 
-def test_hooks_refuse_empty_filters_and_wrong_shapes():
+def test_hooks_refuse_empty_filters_and_wrong_shapes(tiny):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))
+    model = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise"))
     tokens = torch.randint(0, 64, (2, 8))
     with pytest.raises(ValueError, match="matches no hook point"):
         model.run_with_hooks(tokens, fwd_hooks=[(lambda n: n.endswith("hook_gates"), lambda x, hook: x * 0)])
     with pytest.raises(ValueError, match="matches no hook point"):
         model.run_with_cache(tokens, names_filter=[])
-    with pytest.raises(ValueError, match=r"blocks.0.attn.hook_gate returned \(1, 1, 2\).*shape \(2, 8, 2\)"):
+    with pytest.raises(ValueError, match=r"blocks.0.attn.hook_gate returned \(1, 1, 4\).*shape \(2, 8, 4\)"):
         model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_gate", lambda x, hook: x[:1, :1] * 0)])
     with pytest.raises(ValueError, match="returned float"):
         model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_gate", lambda x, hook: 0.5)])
     assert not any(hp.active for hp in model.hook_dict.values())  # nothing left attached
 
 
-def test_gate_overrides_are_checked_against_the_activation():
+def test_gate_overrides_are_checked_against_the_activation(tiny):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))
+    model = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise"))
     for value in (5.0, -1, float("nan")):
         with pytest.raises(ValueError, match="gate value"):
             ablation.set_gates(model, value)
     with pytest.raises(ValueError, match=r"sigmoid gate lives in \[0, 1\]"):
         ablation.close_head(model, 0, 1, value=2)
     assert len(ablation.set_gates(model, 1.0)) == 2 and len(ablation.close_head(model, 0, 1)) == 1
-    silu = Transformer(ModelConfig(**TINY, gate="G1", gate_activation="silu"))
+    silu = Transformer(ModelConfig(**tiny, gate="G1", gate_activation="silu"))
     assert ablation.set_gates(silu, 3.0)  # a SiLU gate can exceed 1
     with pytest.raises(ValueError, match="SiLU"):
         ablation.set_gates(silu, -1.0)
 
 
-def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch, ci_args):
     real_save, calls = torch.save, {"n": 0}
 
     def full_disk_on_second_save(obj, f):
@@ -382,7 +382,7 @@ def test_a_disk_that_fills_up_mid_run_keeps_the_last_checkpoint(tmp_path, capsys
     monkeypatch.setattr(torch, "save", full_disk_on_second_save)
     out = tmp_path / "run"
     capsys.readouterr()
-    assert main(["train", *ARGS, "--out", str(out), "--steps", "6", "--set", "ckpt_every=2"]) == 1
+    assert main(["train", *ci_args, "--out", str(out), "--steps", "6", "--set", "ckpt_every=2"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "No space left on device" in err and "intact" in err and "--resume" in err
     assert ckpt_step(out / "checkpoint.pt") == 2 and not list(out.glob(".*.tmp"))

@@ -8,7 +8,6 @@ MINIGATE_BROWSER_OUT=<folder> keeps a screenshot of each explorer there."""
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -85,12 +84,6 @@ return [...area.querySelectorAll('.widget-dropdown')].find(
   d => d.querySelector('label').innerText.trim() === arguments[1]).querySelector('select');"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(predicate, timeout: float, what: str):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -102,7 +95,7 @@ def _wait(predicate, timeout: float, what: str):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, free_port):
     """JupyterLab on a free local port, serving a folder with the explorers notebook; yields (url, folder)."""
     folder = tmp_path_factory.mktemp("lab")
     cells = [new_code_cell(SETUP), *(new_code_cell(code) for code, _ in EXPLORERS.values()),
@@ -110,7 +103,7 @@ def lab(tmp_path_factory):
     nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                       "language": "python"}}),
                    folder / "explorers.ipynb")
-    port, token = _free_port(), "minigate-browser-test"
+    port, token = free_port(), "minigate-browser-test"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(folder / ".config"), "JUPYTER_RUNTIME_DIR": str(folder / ".run"),
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log = open(folder / "lab.log", "w")  # noqa: SIM115 (closed below)

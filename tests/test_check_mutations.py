@@ -76,7 +76,7 @@ def _tracker_filtering_scores(tokens):  # a names_filter that keeps the scores, 
     def callback(step, model, history):
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("attn.hook_attn_scores"))
         share = cache["blocks.0.attn.hook_pattern"][..., 0].mean((0, 2))
-        return {"bos_share": share.max().item(), "layer": 0, "head": int(share.argmax())}
+        return {"max_head": share.max().item(), "layer": 0, "head": int(share.argmax())}
     return callback
 
 

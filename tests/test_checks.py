@@ -1,5 +1,6 @@
-"""The checks: the reference passes, a stub falls back, an unrecognised wrong answer gets the generic hint, and the
-references agree with the package. That each typical mistake fails with its own hint is
+"""The checks: every exercise's reference passes and a stub falls back to it (one test for all of them), an
+unrecognised wrong answer gets the generic hint, and the references agree with the package. Each lesson's own check
+tests are tests/test_lesson_NN.py's; that each typical mistake fails with its own hint is
 tests/test_check_mutations.py's, for every check."""
 
 import pytest
@@ -8,11 +9,13 @@ from einops import rearrange
 from torch import nn
 
 from minigate import ModelConfig, Transformer
-from minigate.course import checks
 from minigate.analysis import attention_sink, massive_activations
 from minigate.attention import Attention, rope_cos_sin
+from minigate.course import checks
+from minigate.course.checks.lesson06 import RECORDED
 
-REFERENCES = {
+# the checks whose answers are numbers: a wrong one by 1% gets the generic hint
+NUMERIC = {
     checks.causal_attention: checks.reference_causal_attention,
     checks.g1_gate: checks.reference_g1_gate,
     checks.nonlinear_share: checks.reference_nonlinear_share,
@@ -22,27 +25,32 @@ REFERENCES = {
 }
 
 
-@pytest.mark.parametrize("check", REFERENCES, ids=lambda c: c.__name__)
-def test_reference_passes_and_is_returned(check, capsys):
-    ref = REFERENCES[check]
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_the_reference_passes_and_is_returned(name, capsys):
+    """What a learner's correct answer gets: the check passes (a prediction is recorded) and hands the function
+    back, in the line grading reads."""
+    check, ref = getattr(checks, name), getattr(checks, f"reference_{name}")
     assert check(ref) is ref
     out = capsys.readouterr().out
-    assert checks.PASSED_RE.fullmatch(out.strip()) and out.startswith(f"✓ {check.__name__}: passed ("), out
+    verdict = RECORDED if name == "predict_bos_cost" else "passed ("
+    assert checks.PASSED_RE.fullmatch(out.strip()) and out.startswith(f"✓ {name}: {verdict}"), out
 
 
-@pytest.mark.parametrize("check", REFERENCES, ids=lambda c: c.__name__)
-def test_a_stub_gets_the_reference_and_a_notice(check, capsys):
-    def stub(*args):
+@pytest.mark.parametrize("name", checks.EXERCISES)
+def test_a_stub_gets_the_reference_and_a_notice(name, capsys):
+    """An untouched exercise (its `raise NotImplementedError()`) falls back to the reference, with the notice the
+    build stores in lessons/."""
+    def stub(*args, **kwargs):
         raise NotImplementedError()
 
-    assert check(stub) is REFERENCES[check]
-    assert capsys.readouterr().out == checks.not_implemented_notice(check.__name__) + "\n"
+    assert getattr(checks, name)(stub) is getattr(checks, f"reference_{name}")
+    assert capsys.readouterr().out == checks.not_implemented_notice(name) + "\n"
 
 
-@pytest.mark.parametrize("check", REFERENCES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", NUMERIC, ids=lambda c: c.__name__)
 def test_an_unrecognised_wrong_answer_fails_with_a_generic_hint(check, capsys):
     """The check compares with its own reference, never with the learner's output (ARENA's bug)."""
-    ref = REFERENCES[check]
+    ref = NUMERIC[check]
 
     def off(*args):
         out = ref(*args)

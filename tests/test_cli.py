@@ -18,12 +18,11 @@ from minigate.checkpoint import ckpt_step
 from minigate.cli import main
 from minigate.evaluation import evaluate
 
-ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1"]
 
 
-def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
+def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys, ci_args):
     out = tmp_path / "run"
-    assert main(["train", *ARGS, "--out", str(out), "--steps", "4"]) == 0
+    assert main(["train", *ci_args, "--out", str(out), "--steps", "4"]) == 0
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "run.json"} <= files
     history = json.loads((out / "history.json").read_text())
@@ -50,10 +49,10 @@ def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys):
     assert float(m[2]) == pytest.approx(math.exp(full), rel=1e-3)
 
     capsys.readouterr()
-    assert main(["train", *ARGS, "--out", str(out), "--steps", "4"]) == 2
+    assert main(["train", *ci_args, "--out", str(out), "--steps", "4"]) == 2
     assert "already has a checkpoint; add --resume" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="steps"):  # extending a finished run: it says the schedule changed
-        assert main(["train", *ARGS, "--out", str(out), "--steps", "5", "--resume"]) == 0
+        assert main(["train", *ci_args, "--out", str(out), "--steps", "5", "--resume"]) == 0
     assert json.loads((out / "history.json").read_text())["step"] == [1, 2, 3, 4, 5]
     capsys.readouterr()
     assert main(["train", "--preset", "ci", "--variant", "none", "--out", str(out), "--resume", "--quiet"]) == 2
@@ -81,10 +80,10 @@ def test_eval_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
     assert err.count("\n") == 1 and "trained with?" in err
 
 
-def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
+def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, ci_args):
     out = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "minigate.cli", "train", *ARGS, "--out", str(out), "--steps", "500"]
+    cmd = [sys.executable, "-m", "minigate.cli", "train", *ci_args, "--out", str(out), "--steps", "500"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in proc.stdout:  # wait until training starts
         if "->" in line:
@@ -99,9 +98,9 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path):
     assert torch.load(out / "checkpoint.pt", weights_only=True)["train_config"]["steps"] == 500
 
 
-def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys):
+def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys, ci_args):
     out = tmp_path / "run"
-    argv = ["train", *ARGS, "--out", str(out), "--steps", "2", "--set", "lr=0.01", "--set", "qk_norm=false",
+    argv = ["train", *ci_args, "--out", str(out), "--steps", "2", "--set", "lr=0.01", "--set", "qk_norm=false",
             "--set", "eval_every=1"]
     assert main(argv) == 0
     run_json = json.loads((out / "run.json").read_text())
@@ -112,10 +111,10 @@ def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys)
     assert 0 < metrics[-1]["f_attn"] <= 1 and metrics[-1]["m_act"] > 0 and len(metrics[-1]["f_attn_per_layer"]) == 2
     # resuming rebuilds the model from run.json, overrides included
     with pytest.warns(UserWarning, match="steps"):
-        assert main(["train", *ARGS, "--out", str(out), "--steps", "3", "--resume"]) == 0
+        assert main(["train", *ci_args, "--out", str(out), "--steps", "3", "--resume"]) == 0
     assert json.loads((out / "run.json").read_text())["model"]["qk_norm"] is False
     for bad, msg in [("lr", "FIELD=VALUE"), ("nope=1", "no such ModelConfig or TrainConfig field"),
                      ("qk_norm=maybe", "true or false"), ("n_layers=two", "expected an integer")]:
         capsys.readouterr()
-        assert main(["train", *ARGS, "--out", str(tmp_path / "x"), "--set", bad]) == 2
+        assert main(["train", *ci_args, "--out", str(tmp_path / "x"), "--set", bad]) == 2
         assert msg in capsys.readouterr().err

@@ -90,12 +90,12 @@ def test_encode_takes_any_tokenizer_the_package_hands_out():
         data.encode(docs, "gpt2")
 
 
-def _tokens(n=1000):
+def _text_ids(n=1000):
     return torch.arange(n) % 97 + 1  # no 0: the bos id never occurs in the text
 
 
 def test_training_batches_are_seeded_windows_after_bos():
-    tokens = _tokens()
+    tokens = _text_ids()
     g = lambda seed: torch.Generator().manual_seed(seed)
     x1, y1 = data.sample_batch(tokens, 8, 16, 0, g(1))
     x2, y2 = data.sample_batch(tokens, 8, 16, 0, g(1))
@@ -109,7 +109,7 @@ def test_training_batches_are_seeded_windows_after_bos():
 
 
 def test_eval_batches_are_fixed_non_overlapping_windows():
-    tokens = _tokens(100)
+    tokens = _text_ids(100)
     batches = list(data.eval_batches(tokens, 4, 16, 0))
     ys = torch.cat([y for _, y in batches])
     assert ys.shape == (6, 16) and torch.equal(ys.flatten(), tokens[:96])  # 6 windows, tail of 4 dropped
@@ -122,9 +122,9 @@ def test_empty_or_too_short_corpus_errors():
     with pytest.raises(ValueError, match="empty"):
         data.sample_batch(torch.tensor([], dtype=torch.long), 2, 16, 0, g)
     with pytest.raises(ValueError, match=r"has 10 tokens.*seq_len=16 needs 16"):
-        data.sample_batch(_tokens(10), 2, 16, 0, g)
+        data.sample_batch(_text_ids(10), 2, 16, 0, g)
     with pytest.raises(ValueError, match=r"validation corpus has 5 tokens"):
-        next(data.eval_batches(_tokens(5), 2, 16, 0))
+        next(data.eval_batches(_text_ids(5), 2, 16, 0))
 
 
 def test_missing_local_copy_offline_fails_fast_naming_both_fixes(tmp_path):

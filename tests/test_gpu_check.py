@@ -3,13 +3,13 @@ passes, failures (cell and last line) and the device a notebook used."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from minigate.course import ROOT
+
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 import check  # noqa: E402
 

@@ -14,7 +14,7 @@ import torch
 
 from minigate import Transformer, measure
 from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, find_grown, recipe_for
-from minigate.presets import PRESETS, VARIANTS, model_config
+from minigate.presets import NAMES, PRESETS, VARIANTS, model_config
 from minigate.pretrained import SHIPPED_DIR
 from minigate.runfolder import lock_holder
 from minigate.train import train
@@ -97,14 +97,14 @@ def test_lesson_04_measures_the_learners_models_as_the_shipped_ones(tmp_path):
     are measured with measure.measure_folder on the same windows; before all three exist there is nothing to show."""
     grow = Grow(seed=7, preset="code", root=tmp_path)
     prose = measure.prose_windows(limit=2)
-    for variant, name in measure.NAMES.items():
+    for variant, name in NAMES.items():
         assert grow.measure(prose) is None
         shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
         shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")
     rows = grow.measure(prose)
-    shipped = {v: measure.measure_folder(SHIPPED_DIR / f"code-{n}", prose) for v, n in measure.NAMES.items()}
+    shipped = {v: measure.measure_folder(SHIPPED_DIR / f"code-{n}", prose) for v, n in NAMES.items()}
     for v, r in rows.items():
-        assert r.name == f"yours-{measure.NAMES[v]}" and r.windows == 2
+        assert r.name == f"yours-{NAMES[v]}" and r.windows == 2
         assert (r.f_attn, r.m_act, r.val_loss_code) == (shipped[v].f_attn, shipped[v].m_act, shipped[v].val_loss_code)
 
 
@@ -174,8 +174,9 @@ def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
         _tiny_run(Grow(seed=4, preset="code-gpu", root=kept).folder(v), "code-gpu", v)
     assert find_grown(4, [tmp_path / "runs"]) is None
     grown = find_grown(4, [tmp_path / "runs", kept])
-    assert grown.preset == "code-gpu" and grown.n_heads() == 48
+    assert grown.preset == "code-gpu"
     text = grown.compare(measure.prose_windows(limit=2))
+    assert json.loads((grown.folder("none") / "measurements.json").read_text())["heads"] == 48  # its own record
     rows = [line for line in text.splitlines() if line.startswith("yours")]
     assert len(rows) == 4 and all(" / 48 " in line for line in rows[:3]) and not text.startswith("shipped")
     assert "the course's seeds of the code-gpu recipe (data/seeds/code-gpu.json)" in text
@@ -187,16 +188,16 @@ def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
     same variant, heads of 16; here the learner's are the shipped weights, so both trios' ratios agree."""
     grow = Grow(seed=7, preset="code", root=tmp_path)
     assert grow.compare(measure.prose_windows(limit=2)) == ""
-    for variant, name in measure.NAMES.items():
+    for variant, name in NAMES.items():
         shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
         shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")
     text = grow.compare(measure.prose_windows())
     lines = text.splitlines()
-    for name in measure.NAMES.values():
+    for name in NAMES.values():
         shipped = next(line for line in lines if line.startswith(f"shipped  code-{name} "))
         yours = next(line for line in lines if line.startswith(f"yours    yours-{name} "))
         assert shipped.split()[2:] == yours.split()[2:] and " / 16 " in yours  # the same weights, the same numbers
-    for variant, name in measure.NAMES.items():  # measured once, stored beside each run (and copied with it)
+    for variant, name in NAMES.items():  # measured once, stored beside each run (and copied with it)
         stored = json.loads((grow.folder(variant) / "measurements.json").read_text())
         assert stored["name"] == f"yours-{name}" and stored["protocol"]["windows"] == 75
     ratios = [line.split(":", 1)[1] for line in lines if line.startswith(("shipped:", "yours:"))]
@@ -207,7 +208,7 @@ def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
 def test_keep_copies_the_finished_trio_once_and_never_half(tmp_path):
     grow = Grow(seed=7, preset="code", root=tmp_path / "runs", keep=tmp_path / "drive")
     assert grow.copy_kept() is None  # nothing finished
-    for variant, name in measure.NAMES.items():
+    for variant, name in NAMES.items():
         shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
         shutil.copy(SHIPPED_DIR / f"code-{name}" / "run.json", grow.folder(variant))
         shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")

@@ -7,25 +7,15 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 
 import minigate
-from minigate import ActivationCache, ModelConfig, Transformer, get_act_name
+from minigate import ActivationCache, get_act_name
 from minigate.attention import apply_rope, rope_cos_sin
 
-TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
-B, T, H, K, D, d = 2, 10, 4, 2, 8, 32
+B, T, H, K, D, d = 2, 10, 4, 2, 8, 32  # the tiny model's (conftest.py) sizes, on tokens() of (B, T)
 
 
-def _tokens(n=B, t=T):
-    return torch.randint(0, 50, (n, t), generator=torch.Generator().manual_seed(0))
-
-
-def _model(**kw):
-    torch.manual_seed(0)
-    return Transformer(ModelConfig(**TINY, **kw)).eval()
-
-
-def test_a_transformerlens_users_snippet():
-    model = _model(gate="G1", gate_granularity="headwise")
-    logits, cache = model.run_with_cache(_tokens())
+def test_a_transformerlens_users_snippet(tiny_model, tokens):
+    model = tiny_model(gate="G1", gate_granularity="headwise")
+    logits, cache = model.run_with_cache(tokens())
     assert isinstance(cache, ActivationCache) and isinstance(cache, dict)
     assert cache["pattern", 0] is cache["blocks.0.attn.hook_pattern"]
     assert cache["pattern", -1] is cache["blocks.1.attn.hook_pattern"]
@@ -40,12 +30,12 @@ def test_a_transformerlens_users_snippet():
     assert "ActivationCache with keys" in repr(cache)
 
 
-def test_hook_q_indexed_by_head_is_that_heads_query():
+def test_hook_q_indexed_by_head_is_that_heads_query(tiny_model, tokens):
     """cache["blocks.0.attn.hook_q"][:, :, h] is head h: q_proj's rows of h (released G1 layout), then QK-norm."""
     for kw in (dict(gate="G1", gate_granularity="elementwise"), dict()):
-        model = _model(**kw)
+        model = tiny_model(**kw)
         attn, cfg = model.blocks[0].attn, model.cfg
-        _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.0."))
+        _, cache = model.run_with_cache(tokens(), names_filter=lambda n: n.startswith("blocks.0."))
         x = model.blocks[0].attn_norm(cache["resid_pre", 0])  # (batch, pos, d_model)
         width = cfg.gate_width_per_head if cfg.released_g1 else 0
         rows_per_kv = cfg.group_size * (D + width)
@@ -62,9 +52,9 @@ def test_hook_q_indexed_by_head_is_that_heads_query():
             torch.testing.assert_close(cache["v", 0][:, :, kv], x @ attn.v_proj.weight[kv * D:(kv + 1) * D].T)
 
 
-def test_attn_scores_are_scaled_masked_and_softmax_to_the_pattern():
-    model = _model()
-    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.1.attn."))
+def test_attn_scores_are_scaled_masked_and_softmax_to_the_pattern(tiny_model, tokens):
+    model = tiny_model()
+    _, cache = model.run_with_cache(tokens(), names_filter=lambda n: n.startswith("blocks.1.attn."))
     q = rearrange(cache["rot_q", 1], "b t h d -> b h t d")
     k = rearrange(cache["rot_k", 1], "b t kv d -> b kv t d").repeat_interleave(H // K, dim=1)
     scores = cache["attn_scores", 1]
@@ -74,9 +64,9 @@ def test_attn_scores_are_scaled_masked_and_softmax_to_the_pattern():
     torch.testing.assert_close(cache["pattern", 1], torch.softmax(scores, dim=-1))
 
 
-def test_stack_activation_and_accumulated_resid():
-    model = _model()
-    _, cache = model.run_with_cache(_tokens())
+def test_stack_activation_and_accumulated_resid(tiny_model, tokens):
+    model = tiny_model()
+    _, cache = model.run_with_cache(tokens())
     stacked = cache.stack_activation("pattern")
     assert stacked.shape == (2, B, H, T, T) and torch.equal(stacked[1], cache["pattern", 1])
     assert cache.stack_activation("resid_pre", 1).shape == (1, B, T, d)  # layers 0..layer-1
@@ -88,22 +78,22 @@ def test_stack_activation_and_accumulated_resid():
     assert cache.accumulated_resid(layer=1, incl_mid=True).shape == (3, B, T, d)
 
 
-def test_remove_batch_dim_and_to():
-    model = _model(gate="G1")
-    _, cache = model.run_with_cache(_tokens(1), remove_batch_dim=True)
+def test_remove_batch_dim_and_to(tiny_model, tokens):
+    model = tiny_model(gate="G1")
+    _, cache = model.run_with_cache(tokens(1), remove_batch_dim=True)
     assert cache["pattern", 0].shape == (H, T, T) and cache["q", 0].shape == (T, H, D)
     assert not cache.has_batch_dim and cache.remove_batch_dim() is cache  # a second call changes nothing
     assert cache["pattern", 0].shape == (H, T, T)
-    _, batched = model.run_with_cache(_tokens(2), names_filter="hook_embed")
+    _, batched = model.run_with_cache(tokens(2), names_filter="hook_embed")
     with pytest.raises(ValueError, match="batch size 1"):
         batched.remove_batch_dim()
     assert batched.to("cpu") is batched and batched["embed"].device.type == "cpu"
-    assert torch.equal(batched["embed"], model.run_with_cache(_tokens(2), device="cpu")[1]["hook_embed"])
-    _, plain = model.run_with_cache(_tokens(2), names_filter="hook_embed", return_cache_object=False)
+    assert torch.equal(batched["embed"], model.run_with_cache(tokens(2), device="cpu")[1]["hook_embed"])
+    _, plain = model.run_with_cache(tokens(2), names_filter="hook_embed", return_cache_object=False)
     assert type(plain) is dict and list(plain) == ["hook_embed"]
 
 
-def test_get_act_name():
+def test_get_act_name(tiny_model):
     assert minigate.get_act_name is get_act_name
     assert get_act_name("pattern", 0) == "blocks.0.attn.hook_pattern"
     assert get_act_name("attn_scores", 2) == "blocks.2.attn.hook_attn_scores"
@@ -114,16 +104,16 @@ def test_get_act_name():
     assert get_act_name("embed") == "hook_embed"
     assert get_act_name("attn", 0) == "blocks.0.attn.hook_pattern"  # TL's aliases
     assert get_act_name("blocks.0.attn.hook_z") == "blocks.0.attn.hook_z"  # a full name stays as it is
-    model = _model(gate="G1")
+    model = tiny_model(gate="G1")
     assert {get_act_name(s, L) for s in ("q", "rot_k", "pattern", "gate", "z_gated", "resid_mid")
             for L in range(2)} <= set(model.hook_dict)
 
 
-def test_unsupported_options_are_refused_by_name():
-    model = _model()
+def test_unsupported_options_are_refused_by_name(tiny_model, tokens):
+    model = tiny_model()
     for option, value in (("incl_bwd", True), ("pos_slice", 3)):
         with pytest.raises(ValueError, match=rf"run_with_cache\({option}="):
-            model.run_with_cache(_tokens(), **{option: value})
+            model.run_with_cache(tokens(), **{option: value})
 
 
 # ---- TransformerBridge's names for the G1 gate: hook_q_gate, and W_Q without the gate rows -------------------
@@ -131,62 +121,62 @@ Q_GATE, GATE_LOGITS = "blocks.0.attn.hook_q_gate", "blocks.0.attn.hook_gate_logi
 
 
 @pytest.mark.parametrize("gran", ["headwise", "elementwise"])
-def test_hook_q_gate_is_the_gate_logits(gran):
+def test_hook_q_gate_is_the_gate_logits(gran, tiny_model, tokens):
     """TransformerBridge's hook_q_gate holds the gate before its sigmoid: here, hook_gate_logits under a second name."""
-    model = _model(gate="G1", gate_granularity=gran)
-    _, cache = model.run_with_cache(_tokens(), names_filter=[Q_GATE, GATE_LOGITS, "blocks.0.attn.hook_gate"])
+    model = tiny_model(gate="G1", gate_granularity=gran)
+    _, cache = model.run_with_cache(tokens(), names_filter=[Q_GATE, GATE_LOGITS, "blocks.0.attn.hook_gate"])
     assert list(cache) == [GATE_LOGITS, Q_GATE, "blocks.0.attn.hook_gate"]
     assert cache[Q_GATE].shape == ((B, T, H) if gran == "headwise" else (B, T, H, D))
     assert torch.equal(cache[Q_GATE], cache[GATE_LOGITS]) and cache["q_gate", 0] is cache[Q_GATE]
     torch.testing.assert_close(torch.sigmoid(cache[Q_GATE]), cache["gate", 0])  # the logits, not the score
-    _, alone = model.run_with_cache(_tokens(), names_filter=Q_GATE)
+    _, alone = model.run_with_cache(tokens(), names_filter=Q_GATE)
     assert list(alone) == [Q_GATE] and torch.equal(alone[Q_GATE], cache[Q_GATE])
     # one name per point in hook_dict, in a full cache and for a filter function; the alias is in hook_aliases
     assert Q_GATE not in model.hook_dict and model.hook_aliases[Q_GATE] == GATE_LOGITS
-    _, full = model.run_with_cache(_tokens())
+    _, full = model.run_with_cache(tokens())
     assert GATE_LOGITS in full and not any(n.endswith("hook_q_gate") for n in full)
     with pytest.raises(ValueError, match="hook_aliases"):
-        model.run_with_cache(_tokens(), names_filter=lambda n: n.endswith("hook_q_gate"))
-    assert not _model().hook_aliases and not _model(gate="G2").hook_aliases  # G1 layers only
+        model.run_with_cache(tokens(), names_filter=lambda n: n.endswith("hook_q_gate"))
+    assert not tiny_model().hook_aliases and not tiny_model(gate="G2").hook_aliases  # G1 layers only
 
 
 @pytest.mark.parametrize("gran", ["headwise", "elementwise"])
-def test_overriding_hook_q_gate_is_overriding_the_gate_logits(gran):
-    model = _model(gate="G1", gate_granularity=gran)
+def test_overriding_hook_q_gate_is_overriding_the_gate_logits(gran, tiny_model, tokens):
+    model = tiny_model(gate="G1", gate_granularity=gran)
     shift = lambda logits, hook: logits + 1.5
-    via_own = model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift)])
-    assert (via_own - model(_tokens())).abs().max() > 1e-3
-    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[(Q_GATE, shift)]), via_own)
+    via_own = model.run_with_hooks(tokens(), fwd_hooks=[(GATE_LOGITS, shift)])
+    assert (via_own - model(tokens())).abs().max() > 1e-3
+    assert torch.equal(model.run_with_hooks(tokens(), fwd_hooks=[(Q_GATE, shift)]), via_own)
     # a list that names the point twice hooks it once ...
-    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[([GATE_LOGITS, Q_GATE], shift)]), via_own)
+    assert torch.equal(model.run_with_hooks(tokens(), fwd_hooks=[([GATE_LOGITS, Q_GATE], shift)]), via_own)
     # ... and two hooks, one on each name, are two hooks on the one point
-    twice = model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift), (GATE_LOGITS, shift)])
-    assert torch.equal(model.run_with_hooks(_tokens(), fwd_hooks=[(GATE_LOGITS, shift), (Q_GATE, shift)]), twice)
+    twice = model.run_with_hooks(tokens(), fwd_hooks=[(GATE_LOGITS, shift), (GATE_LOGITS, shift)])
+    assert torch.equal(model.run_with_hooks(tokens(), fwd_hooks=[(GATE_LOGITS, shift), (Q_GATE, shift)]), twice)
     assert (twice - via_own).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("kw", [dict(gate="G1", gate_granularity="elementwise"),
                                 dict(gate="G1", gate_granularity="headwise"), dict()])
 @pytest.mark.parametrize("qk_norm", [False, True])
-def test_W_Q_is_the_query_rows_of_q_proj(kw, qk_norm):
+def test_W_Q_is_the_query_rows_of_q_proj(kw, qk_norm, tiny_model, tokens):
     """W_Q (head, d_model, d_head), as TransformerLens lays it out, reproduces hook_q (before QK-norm) and leaves out
     the gate rows that q_proj also holds in G1 layers."""
-    model = _model(qk_norm=qk_norm, **kw)
+    model = tiny_model(qk_norm=qk_norm, **kw)
     attn = model.blocks[0].attn
     W_Q = attn.W_Q
     assert W_Q.shape == (H, d, D) and W_Q.numel() == H * d * D
     assert attn.q_proj.weight.numel() == H * d * D + (H * attn.cfg.gate_width_per_head * d if kw else 0)
-    _, cache = model.run_with_cache(_tokens(), names_filter=["blocks.0.hook_resid_pre", "blocks.0.attn.hook_q"])
+    _, cache = model.run_with_cache(tokens(), names_filter=["blocks.0.hook_resid_pre", "blocks.0.attn.hook_q"])
     x = model.blocks[0].attn_norm(cache["resid_pre", 0])
     q = einsum(x, W_Q, "batch pos d_model, head d_model d_head -> batch pos head d_head")
     torch.testing.assert_close(attn.q_norm(q), cache["q", 0])
 
 
 # ---- patching the new hook points changes the forward ------------------------------------------------------
-def test_zeroing_hook_v_zeroes_the_attention_output():
-    model = _model()
+def test_zeroing_hook_v_zeroes_the_attention_output(tiny_model, tokens):
+    model = tiny_model()
     out = {}
-    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_v", lambda v, hook: torch.zeros_like(v)),
+    model.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.attn.hook_v", lambda v, hook: torch.zeros_like(v)),
                                               ("blocks.0.hook_attn_out", lambda a, hook: out.setdefault("a", a)),
                                               ("blocks.1.hook_attn_out", lambda a, hook: out.setdefault("b", a))])
     assert out["a"].abs().max() == 0 and out["b"].abs().max() > 0
@@ -194,26 +184,26 @@ def test_zeroing_hook_v_zeroes_the_attention_output():
 
 @pytest.mark.parametrize("name", ["blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_rot_q",
                                   "blocks.0.attn.hook_rot_k"])
-def test_patching_queries_or_keys_changes_the_logits(name):
-    model = _model(gate="G1")
-    clean = model(_tokens())
-    patched = model.run_with_hooks(_tokens(), fwd_hooks=[(name, lambda t, hook: t.flip(1))])  # positions reversed
+def test_patching_queries_or_keys_changes_the_logits(name, tiny_model, tokens):
+    model = tiny_model(gate="G1")
+    clean = model(tokens())
+    patched = model.run_with_hooks(tokens(), fwd_hooks=[(name, lambda t, hook: t.flip(1))])  # positions reversed
     assert (patched - clean).abs().max() > 1e-3
-    same = model.run_with_hooks(_tokens(), fwd_hooks=[(name, lambda t, hook: t.clone())])
+    same = model.run_with_hooks(tokens(), fwd_hooks=[(name, lambda t, hook: t.clone())])
     torch.testing.assert_close(same, clean, atol=1e-5, rtol=1e-5)
 
 
-def test_overriding_attn_scores_changes_the_pattern():
-    model = _model()
+def test_overriding_attn_scores_changes_the_pattern(tiny_model, tokens):
+    model = tiny_model()
 
     def only_bos(scores, hook):  # every query may attend to key 0 only
         out = torch.full_like(scores, float("-inf"))
         out[..., 0] = 0.0
         return out
 
-    _, cache = model.run_with_cache(_tokens(), names_filter="blocks.0.attn.hook_pattern")
+    _, cache = model.run_with_cache(tokens(), names_filter="blocks.0.attn.hook_pattern")
     with model.hooks([("blocks.0.attn.hook_attn_scores", only_bos)]):
-        _, patched = model.run_with_cache(_tokens(), names_filter=lambda n: n.startswith("blocks.0.attn."))
+        _, patched = model.run_with_cache(tokens(), names_filter=lambda n: n.startswith("blocks.0.attn."))
     expected = torch.zeros(B, H, T, T)
     expected[..., 0] = 1
     torch.testing.assert_close(patched["pattern", 0], expected)
@@ -237,8 +227,8 @@ def _count_sdpa(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
 @pytest.mark.parametrize("point", ["hook_pattern", "hook_attn_scores"])
-def test_a_plain_pytorch_hook_on_the_pattern_fires(kind, point, monkeypatch):
-    model = _model()
+def test_a_plain_pytorch_hook_on_the_pattern_fires(kind, point, monkeypatch, tiny_model, tokens):
+    model = tiny_model()
     calls = _count_sdpa(monkeypatch)
     seen = []
     hp = model.hook_dict[f"blocks.0.attn.{point}"]
@@ -247,20 +237,20 @@ def test_a_plain_pytorch_hook_on_the_pattern_fires(kind, point, monkeypatch):
     else:
         handle = hp.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape))
     try:
-        model(_tokens())
+        model(tokens())
     finally:
         handle.remove()
     assert seen == [(B, H, T, T)]
     assert len(calls) == 1  # layer 0 explicit, layer 1 fused
-    model(_tokens())
+    model(tokens())
     assert len(calls) == 3 and seen == [(B, H, T, T)]  # hook removed: both layers fused again
 
 
 @pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
-def test_a_global_module_hook_keeps_the_fused_path(kind, monkeypatch):
+def test_a_global_module_hook_keeps_the_fused_path(kind, monkeypatch, tiny_model, tokens):
     """A global module hook (a profiler's) sees every module that runs, but does not switch the attention to the
     explicit O(T²) path: only minigate's own hook points decide (issue 22)."""
-    model = _model(gate="G1")
+    model = tiny_model(gate="G1")
     calls = _count_sdpa(monkeypatch)
     seen = []
     nn_module = torch.nn.modules.module
@@ -269,7 +259,7 @@ def test_a_global_module_hook_keeps_the_fused_path(kind, monkeypatch):
     else:
         handle = nn_module.register_module_forward_pre_hook(lambda module, inputs: seen.append(module))
     try:
-        model(_tokens())
+        model(tokens())
     finally:
         handle.remove()
     assert len(calls) == 2  # both layers fused
@@ -278,9 +268,9 @@ def test_a_global_module_hook_keeps_the_fused_path(kind, monkeypatch):
     assert not any(n.endswith(("hook_pattern", "hook_attn_scores")) for n in names)
 
 
-def test_a_global_module_hook_sees_the_pattern_when_it_is_hooked(monkeypatch):
+def test_a_global_module_hook_sees_the_pattern_when_it_is_hooked(monkeypatch, tiny_model, tokens):
     """The way for a global hook to see a pattern: hook that hook_pattern (a no-op hook is enough)."""
-    model = _model()
+    model = tiny_model()
     calls = _count_sdpa(monkeypatch)
     seen = []
 
@@ -290,22 +280,22 @@ def test_a_global_module_hook_sees_the_pattern_when_it_is_hooked(monkeypatch):
 
     handle = torch.nn.modules.module.register_module_forward_hook(record)
     try:
-        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.1.attn.hook_pattern", lambda t, hook: None)])
+        model.run_with_hooks(tokens(), fwd_hooks=[("blocks.1.attn.hook_pattern", lambda t, hook: None)])
     finally:
         handle.remove()
     assert seen == [("blocks.1.attn.hook_pattern", (B, H, T, T))]
     assert len(calls) == 1  # layer 0 fused, layer 1 explicit
 
 
-def test_cache_without_the_pattern_keeps_the_fused_path(monkeypatch):
-    model = _model(gate="G1")
+def test_cache_without_the_pattern_keeps_the_fused_path(monkeypatch, tiny_model, tokens):
+    model = tiny_model(gate="G1")
     calls = _count_sdpa(monkeypatch)
-    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: n.endswith("hook_resid_post"))
+    _, cache = model.run_with_cache(tokens(), names_filter=lambda n: n.endswith("hook_resid_post"))
     assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
     assert len(calls) == 2  # both layers fused
-    _, cache = model.run_with_cache(_tokens(), names_filter=lambda n: "hook_q" in n or "hook_z" in n)
+    _, cache = model.run_with_cache(tokens(), names_filter=lambda n: "hook_q" in n or "hook_z" in n)
     assert len(calls) == 4
-    _, cache = model.run_with_cache(_tokens())  # no filter: everything, as TransformerLens, so the explicit path
+    _, cache = model.run_with_cache(tokens())  # no filter: everything, as TransformerLens, so the explicit path
     assert len(calls) == 4 and cache["pattern", 1].shape == (B, H, T, T)
-    _, cache = model.run_with_cache(_tokens(), names_filter="blocks.1.attn.hook_attn_scores")
+    _, cache = model.run_with_cache(tokens(), names_filter="blocks.1.attn.hook_attn_scores")
     assert len(calls) == 5  # layer 0 fused, layer 1 explicit

@@ -5,27 +5,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
+from minigate.course import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not (shutil.which("make") and (ROOT / ".venv" / "bin" / "jupyter").exists()),
                                 reason="make lab runs from a checkout installed by make (.venv/bin/jupyter)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_make_lab_serves_the_lessons(tmp_path):
-    port, token = _free_port(), "minigate-lab-test"
+def test_make_lab_serves_the_lessons(tmp_path, free_port):
+    port, token = free_port(), "minigate-lab-test"
     log = tmp_path / "lab.log"
     args = f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} --IdentityProvider.token={token}"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}

@@ -1,7 +1,7 @@
-"""Lesson 08's checks, prediction_spread and qwen3_next_q_proj: the reference passes, a stub falls back to the
-reference; a model that ignores its context has no spread, and the re-ordered weights make a minigate Attention
-compute what transformers' Qwen3NextAttention computes. That each typical mistake earns its hint is
-tests/test_check_mutations.py's, for every check."""
+"""Lesson 08's checks, prediction_spread and qwen3_next_q_proj: an answer in float32 passes; a model that ignores its
+context has no spread, and the re-ordered weights make a minigate Attention compute what transformers'
+Qwen3NextAttention computes. That the references pass and a stub falls back is tests/test_checks.py's, and that each
+typical mistake earns its hint tests/test_check_mutations.py's, for every check."""
 
 import pytest
 import torch
@@ -12,25 +12,12 @@ from minigate.attention import Attention, rope_cos_sin
 from minigate.course import checks
 
 
-def test_prediction_spread_reference_passes_and_is_returned(capsys):
-    fn = lambda logits: checks.reference_prediction_spread(logits)
-    assert checks.prediction_spread(fn) is fn
-    assert "✓ prediction_spread: passed (6 cases)" in capsys.readouterr().out
-
-
 def test_a_float32_kl_passes():
     def fn(logits):
         log_p = logits.log_softmax(-1)
         log_mean = log_p.exp().mean((0, 1)).log()
         return (log_p.exp() * (log_p - log_mean)).sum(-1).mean().item()
     assert checks.prediction_spread(fn) is fn
-
-
-def test_prediction_spread_stub_falls_back_to_the_reference(capsys):
-    def stub(logits):
-        raise NotImplementedError()
-    assert checks.prediction_spread(stub) is checks.reference_prediction_spread
-    assert "prediction_spread not implemented yet" in capsys.readouterr().out
 
 
 def test_a_model_that_ignores_its_context_has_no_spread():
@@ -46,19 +33,6 @@ def test_a_model_that_ignores_its_context_has_no_spread():
         mixed = model(torch.randint(0, 32, (3, 8)))
     assert checks.reference_prediction_spread(same) == pytest.approx(0, abs=1e-9)
     assert checks.reference_prediction_spread(mixed) > 1e-3  # small logits of a fresh model: a small spread
-
-
-def test_qwen3_next_q_proj_reference_passes(capsys):
-    fn = lambda *a: checks.reference_qwen3_next_q_proj(*a).clone()
-    assert checks.qwen3_next_q_proj(fn) is fn
-    assert "✓ qwen3_next_q_proj: passed (4 cases)" in capsys.readouterr().out
-
-
-def test_qwen3_next_q_proj_stub_falls_back_to_the_reference(capsys):
-    def stub(weight, n_heads, n_kv_heads, head_dim):
-        raise NotImplementedError()
-    assert checks.qwen3_next_q_proj(stub) is checks.reference_qwen3_next_q_proj
-    assert "qwen3_next_q_proj not implemented yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(4, 2), (6, 3), (4, 1), (4, 4)])
@@ -78,9 +52,9 @@ def test_reordered_weights_reproduce_qwen3_next_attention(n_heads, n_kv_heads):
     x = torch.randn(2, T, d_model)
     cos, sin = Qwen3NextRotaryEmbedding(hf_cfg)(x, torch.arange(T)[None])
     mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
-    cfg = ModelConfig(vocab_size=64, d_model=d_model, n_layers=1, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=D,
-                      norm_eps=hf_cfg.rms_norm_eps, gate="G1", gate_granularity="elementwise")
-    attn = Attention(cfg).eval()
+    model_cfg = ModelConfig(vocab_size=64, d_model=d_model, n_layers=1, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                            head_dim=D, norm_eps=hf_cfg.rms_norm_eps, gate="G1", gate_granularity="elementwise")
+    attn = Attention(model_cfg).eval()
     sd = hf.state_dict()
     q_weight = checks.reference_qwen3_next_q_proj(sd["q_proj.weight"], n_heads, n_kv_heads, D)
     attn.load_state_dict({"q_proj.weight": q_weight,
@@ -89,5 +63,5 @@ def test_reordered_weights_reproduce_qwen3_next_attention(n_heads, n_kv_heads):
                           "q_norm.weight": sd["q_norm.weight"] + 1, "k_norm.weight": sd["k_norm.weight"] + 1})
     with torch.no_grad():
         want = hf(x, (cos, sin), attention_mask=mask)[0]
-        got = attn(x, *rope_cos_sin(T, D, cfg.rope_theta))  # Attention returns one tensor
+        got = attn(x, *rope_cos_sin(T, D, model_cfg.rope_theta))  # Attention returns one tensor
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -9,9 +9,6 @@ import minigate
 from minigate import ModelConfig, Transformer
 from minigate.config import GATE_ACTIVATIONS, GATE_GRANULARITIES, GATE_MODES, GATE_POSITIONS, ConfigError
 
-TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
-
-
 def all_variants():
     for pos, gran, shared, act, mode in itertools.product(GATE_POSITIONS, GATE_GRANULARITIES, [False, True],
                                                           GATE_ACTIVATIONS, GATE_MODES):
@@ -27,11 +24,7 @@ VARIANTS = list(all_variants())
 IDS = ["-".join(str(v) for v in kw.values()) for kw in VARIANTS]
 
 
-def _tokens(n=2, t=10):
-    return torch.randint(0, 50, (n, t), generator=torch.Generator().manual_seed(0))
-
-
-def test_variant_count():
+def test_variant_count(tiny, tokens):
     """VARIANTS holds every gate config that ModelConfig accepts, each once, and one baseline: without a gate the
     gate fields build the same model. Counted from ModelConfig's own validation, not restated by hand."""
     fields = dict(gate=GATE_POSITIONS, gate_granularity=GATE_GRANULARITIES, gate_head_specific=[True, False],
@@ -40,7 +33,7 @@ def test_variant_count():
     for values in itertools.product(*fields.values()):
         kw = dict(zip(fields, values, strict=True))
         try:
-            ModelConfig(**TINY, **kw)
+            ModelConfig(**tiny, **kw)
         except ConfigError:
             continue
         valid.append(kw)
@@ -53,28 +46,28 @@ def test_variant_count():
     outputs = []
     for kw in baselines:
         torch.manual_seed(0)
-        outputs.append(Transformer(ModelConfig(**TINY, **kw)).eval()(_tokens()))
+        outputs.append(Transformer(ModelConfig(**tiny, **kw)).eval()(tokens()))
     assert all(torch.equal(out, outputs[0]) for out in outputs)  # so one baseline stands for all of them
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
-def test_sdpa_path_equals_explicit_path(kw):
+def test_sdpa_path_equals_explicit_path(kw, tiny, tokens):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, **kw)).eval()
+    model = Transformer(ModelConfig(**tiny, **kw)).eval()
     with torch.no_grad():
-        fast = model(_tokens())
-        explicit, patterns = model.run_with_cache(_tokens(), names_filter=lambda n: n.endswith("hook_pattern"))
+        fast = model(tokens())
+        explicit, patterns = model.run_with_cache(tokens(), names_filter=lambda n: n.endswith("hook_pattern"))
     assert len(patterns) == model.cfg.n_layers
     torch.testing.assert_close(fast, explicit, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
-def test_forward_backward_and_gate_gets_gradient(kw):
+def test_forward_backward_and_gate_gets_gradient(kw, tiny, tokens):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY, **kw))
-    logits = model(_tokens())
-    assert logits.shape == (2, 10, 50)
-    torch.nn.functional.cross_entropy(logits.flatten(0, 1), _tokens().flatten()).backward()
+    model = Transformer(ModelConfig(**tiny, **kw))
+    logits = model(tokens())
+    assert logits.shape == (2, 10, tiny["vocab_size"])
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens().flatten()).backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     if kw["gate"] == "none":
@@ -88,39 +81,39 @@ def test_forward_backward_and_gate_gets_gradient(kw):
     assert gate_grad.abs().sum() > 0
 
 
-def test_attention_computes_only_the_released_gate():
-    """Attention has no SiLU, additive, shared or biased gate: the study gates are GateVariantAttention's."""
-    from minigate.attention import Attention, GateVariantAttention
+def test_attention_computes_only_the_released_gate(tiny):
+    """Attention has no SiLU, additive, shared or biased gate: the study gates are GatePositionAttention's."""
+    from minigate.attention import Attention, GatePositionAttention
 
     for kw in (dict(gate_mode="additive"), dict(gate_activation="silu"), dict(gate_head_specific=False),
                dict(gate_bias=-2.0), dict(gate="G2")):
-        cfg = ModelConfig(**TINY, **{"gate": "G1", **kw})
+        cfg = ModelConfig(**tiny, **{"gate": "G1", **kw})
         assert not cfg.released_g1
-        with pytest.raises(ValueError, match="GateVariantAttention"):
+        with pytest.raises(ValueError, match="GatePositionAttention"):
             Attention(cfg)
-        assert type(Transformer(cfg).blocks[0].attn) is GateVariantAttention
-    for cfg in (ModelConfig(**TINY), ModelConfig(**TINY, gate="G1", gate_granularity="headwise")):
+        assert type(Transformer(cfg).blocks[0].attn) is GatePositionAttention
+    for cfg in (ModelConfig(**tiny), ModelConfig(**tiny, gate="G1", gate_granularity="headwise")):
         assert type(Transformer(cfg).blocks[0].attn) is Attention
 
 
 @pytest.mark.parametrize("gran,E", [("headwise", 1), ("elementwise", 8)])
-def test_gate_parameter_count(gran, E):
-    base = Transformer(ModelConfig(**TINY)).num_params()
-    m = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity=gran))
+def test_gate_parameter_count(gran, E, tiny):
+    base = Transformer(ModelConfig(**tiny)).num_params()
+    m = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity=gran))
     assert m.num_params() - base == m.num_params(gate_only=True) == 2 * 4 * E * 32
     for kw in (dict(gate_layers=1), dict(gate_layers=1, gate_bias=-2.0), dict(gate="G2"), dict(gate="G5"),
                dict(gate_head_specific=False)):  # only the layers that have a gate count, bias included
         kw = {"gate": "G1", "gate_granularity": gran, **kw}
         if kw["gate"] == "G5":
             kw["gate_granularity"] = "elementwise"
-        m = Transformer(ModelConfig(**TINY, **kw))
+        m = Transformer(ModelConfig(**tiny, **kw))
         assert m.num_params() - base == m.num_params(gate_only=True) > 0, kw
 
 
 # ---- hooks -----------------------------------------------------------------------------------------
-def test_cache_names_and_shapes():
-    cfg = ModelConfig(**TINY, gate="G1", gate_granularity="elementwise")
-    _, cache = Transformer(cfg).run_with_cache(_tokens(2, 10))
+def test_cache_names_and_shapes(tiny, tokens):
+    cfg = ModelConfig(**tiny, gate="G1", gate_granularity="elementwise")
+    _, cache = Transformer(cfg).run_with_cache(tokens(2, 10))
     B, T, H, K, D, d = 2, 10, 4, 2, 8, 32
     expect = {"hook_embed": (B, T, d)}
     for L in range(2):
@@ -145,48 +138,48 @@ def test_cache_names_and_shapes():
     torch.testing.assert_close(cache[a + "hook_z_gated"], cache[a + "hook_z"] * cache[a + "hook_gate"])
 
 
-def test_headwise_gate_hook_shape_and_baseline_has_no_gate_hooks():
-    _, cache = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise")).run_with_cache(
-        _tokens(), names_filter=lambda n: "gate" in n)
+def test_headwise_gate_hook_shape_and_baseline_has_no_gate_hooks(tiny, tokens):
+    _, cache = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise")).run_with_cache(
+        tokens(), names_filter=lambda n: "gate" in n)
     assert {tuple(v.shape) for k, v in cache.items() if k.endswith("hook_gate")} == {(2, 10, 4)}
-    base = Transformer(ModelConfig(**TINY))
+    base = Transformer(ModelConfig(**tiny))
     assert not [n for n in base.hook_dict if "gate" in n]
 
 
 @pytest.mark.parametrize("gran", ["headwise", "elementwise"])
-def test_gate_forced_to_one_equals_ungated_model(gran):
+def test_gate_forced_to_one_equals_ungated_model(gran, tiny, tokens):
     torch.manual_seed(0)
-    gated = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity=gran)).eval()
-    plain = Transformer(ModelConfig(**TINY)).eval()
+    gated = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity=gran)).eval()
+    plain = Transformer(ModelConfig(**tiny)).eval()
     state = gated.state_dict()
     H, K, D = 4, 2, 8
     for L in range(2):  # drop the gate rows from q_proj: the rest is a baseline model
         w = state[f"blocks.{L}.attn.q_proj.weight"].view(K, -1, 32)
         state[f"blocks.{L}.attn.q_proj.weight"] = w[:, : (H // K) * D].reshape(H * D, 32)
     plain.load_state_dict(state)
-    open_all = gated.run_with_hooks(_tokens(), fwd_hooks=[(lambda n: n.endswith("hook_gate"),
+    open_all = gated.run_with_hooks(tokens(), fwd_hooks=[(lambda n: n.endswith("hook_gate"),
                                                           lambda g, hook: torch.ones_like(g))])
-    torch.testing.assert_close(open_all, plain(_tokens()), atol=1e-5, rtol=1e-5)
-    assert (gated(_tokens()) - plain(_tokens())).abs().max() > 1e-3  # the learned gate does matter
+    torch.testing.assert_close(open_all, plain(tokens()), atol=1e-5, rtol=1e-5)
+    assert (gated(tokens()) - plain(tokens())).abs().max() > 1e-3  # the learned gate does matter
 
 
-def test_gate_forced_to_zero_removes_attention():
-    model = Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))
+def test_gate_forced_to_zero_removes_attention(tiny, tokens):
+    model = Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise"))
     cache = {}
 
     def save(t, hook):
         cache[hook.name] = t
 
-    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.1.attn.hook_gate", lambda g, hook: torch.zeros_like(g)),
+    model.run_with_hooks(tokens(), fwd_hooks=[("blocks.1.attn.hook_gate", lambda g, hook: torch.zeros_like(g)),
                                               (lambda n: n.endswith("hook_attn_out"), save)])
     assert cache["blocks.1.hook_attn_out"].abs().max() == 0
     assert cache["blocks.0.hook_attn_out"].abs().max() > 0  # only the targeted layer
 
 
-def test_hook_on_pattern_selects_explicit_path_and_can_replace_it():
-    model = Transformer(ModelConfig(**TINY)).eval()
+def test_hook_on_pattern_selects_explicit_path_and_can_replace_it(tiny, tokens):
+    model = Transformer(ModelConfig(**tiny)).eval()
     seen = []
-    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(p))])
+    model.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(p))])
     assert len(seen) == 1 and seen[0].shape == (2, 4, 10, 10)
 
     def first_token_only(p, hook):
@@ -195,7 +188,7 @@ def test_hook_on_pattern_selects_explicit_path_and_can_replace_it():
         return out
 
     cache = {}
-    model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", first_token_only),
+    model.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.attn.hook_pattern", first_token_only),
                                               ("blocks.0.attn.hook_z", lambda z, hook: cache.setdefault("z", z)),
                                               ("blocks.0.attn.hook_v", lambda v, hook: cache.setdefault("v", v))])
     v0 = cache["v"][:, 0]  # (batch, kv_head, d_head): every query now reads the first value
@@ -203,34 +196,34 @@ def test_hook_on_pattern_selects_explicit_path_and_can_replace_it():
     torch.testing.assert_close(cache["z"], expected)
 
 
-def test_hooks_removed_after_exception():
-    model = Transformer(ModelConfig(**TINY, gate="G1"))
+def test_hooks_removed_after_exception(tiny, tokens):
+    model = Transformer(ModelConfig(**tiny, gate="G1"))
 
     def boom(t, hook):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", boom)])
+        model.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", boom)])
     assert not any(hp.active for hp in model.hook_dict.values())
     assert not any(hp._forward_hooks for hp in model.hook_dict.values())
-    model(_tokens())  # runs clean
+    model(tokens())  # runs clean
 
 
-def test_unknown_hook_name_is_a_clear_error():
-    model = Transformer(ModelConfig(**TINY))
+def test_unknown_hook_name_is_a_clear_error(tiny, tokens):
+    model = Transformer(ModelConfig(**tiny))
     with pytest.raises(KeyError, match="hook_dict"):
-        model.run_with_hooks(_tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", lambda t, h: t)])
+        model.run_with_hooks(tokens(), fwd_hooks=[("blocks.0.attn.hook_gate", lambda t, h: t)])
 
 
-def test_generate_is_deterministic_with_temperature_zero():
+def test_generate_is_deterministic_with_temperature_zero(tiny, tokens):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**TINY))
-    out = model.generate(_tokens(1, 4), max_new_tokens=5, temperature=0)
-    assert out.shape == (1, 9) and torch.equal(out[:, :4], _tokens(1, 4))
-    assert torch.equal(out, model.generate(_tokens(1, 4), max_new_tokens=5, temperature=0))
+    model = Transformer(ModelConfig(**tiny))
+    out = model.generate(tokens(1, 4), max_new_tokens=5, temperature=0)
+    assert out.shape == (1, 9) and torch.equal(out[:, :4], tokens(1, 4))
+    assert torch.equal(out, model.generate(tokens(1, 4), max_new_tokens=5, temperature=0))
     # greedy: each new token is the argmax of the model's prediction
     assert out[0, 4] == model(out[:, :4])[0, -1].argmax()
-    sampled = model.generate(_tokens(1, 4), 5, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(0))
+    sampled = model.generate(tokens(1, 4), 5, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(0))
     assert sampled.shape == (1, 9)
 
 
@@ -247,31 +240,28 @@ def test_generate_is_deterministic_with_temperature_zero():
     (dict(gate_granularity="channel"), "gate_granularity", "headwise"),
     (dict(d_model=0), "d_model", "positive"),
 ])
-def test_invalid_configs(kw, field, hint):
+def test_invalid_configs(kw, field, hint, tiny):
     with pytest.raises(ValueError, match=rf"ModelConfig\.{field}") as e:
-        ModelConfig(**{**TINY, **kw})
+        ModelConfig(**{**tiny, **kw})
     assert e.match(hint)
 
 
-def test_hf_config_roundtrip_and_official_keys():
-    cfg = ModelConfig(**TINY, gate="G1", gate_granularity="headwise")
+def test_hf_config_roundtrip_and_official_keys(tiny):
+    cfg = ModelConfig(**tiny, gate="G1", gate_granularity="headwise")
     d = cfg.to_hf_config()
     assert d["headwise_attn_output_gate"] and not d["elementwise_attn_output_gate"]
     assert ModelConfig.from_hf_config(d) == cfg
     official = {k: v for k, v in d.items() if k != "minigate"}  # as the released config.json has it
     assert ModelConfig.from_hf_config(official) == cfg
-    silu = ModelConfig(**TINY, gate="G1", gate_activation="silu")  # not the official gate: no official flag
+    silu = ModelConfig(**tiny, gate="G1", gate_activation="silu")  # not the official gate: no official flag
     assert not silu.to_hf_config()["elementwise_attn_output_gate"]
     with pytest.raises(ValueError, match="hidden_size"):
         ModelConfig.from_hf_config({"vocab_size": 3})
 
 
-def test_gate_bias_starts_the_gate_at_its_sigmoid_and_round_trips(tmp_path):
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, gate="G1",
-                      gate_granularity="headwise", gate_bias=-2.0)
-    model = Transformer(cfg).eval()
-    x = torch.randint(0, 50, (2, 12))
+def test_gate_bias_starts_the_gate_at_its_sigmoid_and_round_trips(tmp_path, tiny_model, tokens):
+    model = tiny_model(gate="G1", gate_granularity="headwise", gate_bias=-2.0)
+    cfg, x = model.cfg, tokens(2, 12)
     logits, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith("hook_gate"))
     for g in cache.values():  # x W is tiny at init, so the gate starts near sigmoid(-2) = 0.119
         assert abs(g.mean().item() - torch.sigmoid(torch.tensor(-2.0)).item()) < 0.01
@@ -286,16 +276,14 @@ def test_gate_bias_starts_the_gate_at_its_sigmoid_and_round_trips(tmp_path):
     assert torch.allclose(c1["blocks.0.attn.hook_gate_logits"], c0["blocks.0.attn.hook_gate_logits"] - 2.0, atol=1e-6)
 
 
-def test_gate_layers_gates_only_the_first_layers(tmp_path):
+def test_gate_layers_gates_only_the_first_layers(tmp_path, tiny_deep, tokens):
     from minigate import ablation, gates
 
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, head_dim=8, d_ff=48, gate="G1",
-                      gate_granularity="headwise", gate_layers=1)
-    model = Transformer(cfg).eval()
+    model = Transformer(ModelConfig(**tiny_deep, gate="G1", gate_granularity="headwise", gate_layers=1)).eval()
     assert "blocks.0.attn.hook_gate" in model.hook_dict and "blocks.1.attn.hook_gate" not in model.hook_dict
     assert model.blocks[1].attn.q_proj.weight.shape[0] == 4 * 8  # no gate rows past layer 0
-    x = torch.randint(0, 50, (2, 12))
+    x = tokens(2, 12)
     minigate.save_pretrained(model, tmp_path)
     assert torch.allclose(minigate.from_pretrained(tmp_path)(x), model(x), atol=1e-6)
     assert [name for name, _ in ablation.set_gates(model, 0.0)] == ["blocks.0.attn.hook_gate"]

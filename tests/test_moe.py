@@ -11,8 +11,7 @@ import minigate
 from minigate import ModelConfig, Transformer
 from minigate.config import ConfigError
 
-TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2)
+MOE = dict(moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2)  # the tiny model's experts (conftest.py)
 
 
 def _perturbed(model):
@@ -25,10 +24,10 @@ def _perturbed(model):
 
 
 @pytest.mark.parametrize("norm_topk_prob", [False, True])
-def test_a_transformers_qwen3_moe_folder_gives_the_same_logits(tmp_path, norm_topk_prob):
+def test_a_transformers_qwen3_moe_folder_gives_the_same_logits(tmp_path, norm_topk_prob, tiny_hf):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    hf = _perturbed(Qwen3MoeForCausalLM(Qwen3MoeConfig(**TINY, norm_topk_prob=norm_topk_prob)))
+    hf = _perturbed(Qwen3MoeForCausalLM(Qwen3MoeConfig(**tiny_hf, **MOE, norm_topk_prob=norm_topk_prob)))
     hf.save_pretrained(tmp_path)
     ours = minigate.from_pretrained(tmp_path)
     assert (ours.cfg.n_experts, ours.cfg.n_experts_per_token, ours.cfg.expert_width) == (4, 2, 16)

@@ -11,9 +11,9 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from minigate import ModelConfig, Transformer, plots  # noqa: E402
 from minigate.analysis import SinkStats, attention_sink, massive_activations  # noqa: E402
 from minigate.checkpoint import History  # noqa: E402
+from minigate.plots._style import _plain  # noqa: E402
+from minigate.presets import NAMES  # noqa: E402
 
-TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48)
-TOKENS = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture(autouse=True)
@@ -22,15 +22,21 @@ def close_figures():
     plt.close("all")
 
 
-def models():
+@pytest.fixture
+def inputs(tokens):
+    return tokens(3, 16)
+
+
+@pytest.fixture
+def models(tiny):
     torch.manual_seed(0)
-    return {"baseline": Transformer(ModelConfig(**TINY)),
-            "headwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise"))}
+    return {"baseline": Transformer(ModelConfig(**tiny)),
+            "headwise": Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise"))}
 
 
-def test_first_token_share_and_massive_activation_figures():
-    ms = models()
-    sinks = {k: attention_sink(m, TOKENS) for k, m in ms.items()}
+def test_first_token_share_and_massive_activation_figures(inputs, models):
+
+    sinks = {k: attention_sink(m, inputs) for k, m in models.items()}
     fig = plots.first_token_share(sinks, uniform=0.2, threshold=0.25)
     ax = fig.axes[0]
     assert ax.get_xlabel() == "layer" and "first token" in ax.get_title()
@@ -44,7 +50,7 @@ def test_first_token_share_and_massive_activation_figures():
     ax = plots.first_token_share({"made up": shares}).axes[0]
     ringed = [c for c in ax.collections if len(c.get_facecolors()) == 0]  # the sink heads' rings
     assert sorted(y for c in ringed for _, y in c.get_offsets()) == pytest.approx([0.31, 0.4, 0.9])
-    fig = plots.m_act_per_layer({k: massive_activations(m, TOKENS) for k, m in ms.items()})
+    fig = plots.m_act_per_layer({k: massive_activations(m, inputs) for k, m in models.items()})
     assert fig.axes[0].get_yscale() == "log"
 
 
@@ -89,10 +95,10 @@ def test_first_token_excess_map_one_panel_per_model_on_one_scale_centred_on_zero
     assert not big.axes[0].texts and big.axes[0].get_title() == "1B"  # no threshold: nothing boxed or counted
 
 
-def test_attention_maps_one_panel_per_pattern():
-    _, cache = models()["baseline"].run_with_cache(TOKENS[:1], names_filter=lambda n: n.endswith("hook_pattern"))
+def test_attention_maps_one_panel_per_pattern(inputs, models):
+    _, cache = models["baseline"].run_with_cache(inputs[:1], names_filter=lambda n: n.endswith("hook_pattern"))
     patterns = {f"layer {L}": cache[f"blocks.{L}.attn.hook_pattern"][0] for L in range(2)}
-    fig = plots.attention_maps(patterns, tokens=[str(t) for t in TOKENS[0].tolist()])
+    fig = plots.attention_maps(patterns, tokens=[str(t) for t in inputs[0].tolist()])
     panels = [ax for ax in fig.axes if ax.get_images()]
     assert len(panels) == 2 and panels[0].get_title().startswith("layer 0")
     img = panels[1].get_images()[0].get_array()
@@ -134,6 +140,16 @@ def test_loss_curves_and_training_metric():
     assert ax.get_ylabel().startswith("loss") and len(ax.get_lines()) == 3  # train, validation, one spike line
     fig = plots.training_metric({"baseline": h}, "f_attn")
     assert list(fig.axes[0].get_lines()[0].get_ydata()) == [0.1, 0.3]
+    h2 = History(metrics=[{"step": 20, "f_attn": 0.2, "m_act": 9.0}])
+    fig = plots.training_metrics({"baseline": h, "elementwise": h2}, {"f_attn": "F-Attn", "m_act": "M-Act"}, "both")
+    assert [ax.get_title() for ax in fig.axes] == ["F-Attn", "M-Act"] and fig.get_suptitle() == "both"
+    lines = fig.axes[0].get_lines()  # one line per run, in each run's colour
+    assert [list(line.get_ydata()) for line in lines] == [[0.1, 0.3], [0.2]]
+    assert lines[1].get_color() == plots.COLORS["elementwise"] and len(fig.axes[1].get_lines()[0].get_ydata()) == 0
+
+
+def test_each_variant_has_one_colour_under_its_name():
+    assert list(plots.COLORS) == list(NAMES.values())
 
 
 def _whole_ticks(ax, axis="x"):
@@ -146,16 +162,17 @@ def _whole_ticks(ax, axis="x"):
     return len(shown) > 0 and all(float(t).is_integer() for t in shown)
 
 
-def _gated():
+@pytest.fixture
+def gated_pair(tiny):
     torch.manual_seed(0)
-    return {"headwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="headwise")),
-            "elementwise": Transformer(ModelConfig(**TINY, gate="G1", gate_granularity="elementwise"))}
+    return {"headwise": Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="headwise")),
+            "elementwise": Transformer(ModelConfig(**tiny, gate="G1", gate_granularity="elementwise"))}
 
 
-def test_gate_anatomy_figures():
+def test_gate_anatomy_figures(inputs, gated_pair):
     from minigate.gates import compare_gates, gate_scores
 
-    scores = {k: gate_scores(m, TOKENS) for k, m in _gated().items()}
+    scores = {k: gate_scores(m, inputs) for k, m in gated_pair.items()}
     fig = plots.gate_distribution(scores)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend[0].startswith(f"headwise: mean {scores['headwise'].distribution().mean:.3f}")
@@ -168,7 +185,7 @@ def test_gate_anatomy_figures():
     assert list(fig.axes[0].get_lines()[0].get_ydata()) == pytest.approx(
         scores["headwise"].first_vs_rest(by_layer=True).first.tolist())
     m = scores["elementwise"].token_matrix(0)
-    fig = plots.gate_token_matrix(m, tokens=[str(t) for t in TOKENS[0].tolist()], layers=[0, 1])
+    fig = plots.gate_token_matrix(m, tokens=[str(t) for t in inputs[0].tolist()], layers=[0, 1])
     assert fig.axes[0].get_images()[0].get_array().shape == (16, 2)
     table = compare_gates(scores, ci=True, n_boot=50)
     fig = plots.gate_by_type(table)
@@ -180,11 +197,11 @@ def test_gate_anatomy_figures():
     assert torch.allclose(heights.sum(0).float(), torch.ones(2))  # the three classes fill each layer's bar
 
 
-def test_ablation_figures():
+def test_ablation_figures(gated_pair, tokens):
     from minigate import ablation as ab
 
-    model = _gated()["headwise"]
-    c = ab.chunks(torch.randint(0, 50, (400,), generator=torch.Generator().manual_seed(1)), 4, 12, model=model)
+    model = gated_pair["headwise"]
+    c = ab.chunks(tokens(400, None, seed=1), 4, 12, model=model)
     conds = {"learned": [], **ab.constant_conditions(model, (0.0, 0.5, 1.0)), **ab.layer_conditions(model)}
     res = ab.sweep(model, c, conds, n_boot=50, progress=False)
     fig = plots.sweep_curve(res)
@@ -240,7 +257,7 @@ def test_log_axes_have_plain_readable_ticks():
     lo, hi = ax.get_ylim()
     labels = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi and t.get_text()]
     assert len(labels) >= 3 and all(label.replace(",", "").isdigit() for label in labels), labels
-    assert plots._plain(150) == "150" and plots._plain(2000) == "2,000" and plots._plain(3e7) == "3e+07"
+    assert _plain(150) == "150" and _plain(2000) == "2,000" and _plain(3e7) == "3e+07"
     plt.close(fig)
 
 
@@ -296,7 +313,7 @@ def test_head_table_on_a_log_scale_spans_the_numbers_and_formats_them():
 
 
 def test_scorecard_grid_colours_each_cell_by_its_verdict():
-    from minigate.scorecard import CLAIMS, Entry
+    from minigate.course.scorecard import CLAIMS, Entry
 
     entries = [Entry("f_attn", "paper", "0.467 -> 0.048", ""), Entry("f_attn", "code", "2.0x", "partly"),
                Entry("m_act", "code", "77 -> 32", "contradicted"), Entry("m_act", "copy", "11.7x", "reproduced")]
@@ -319,7 +336,7 @@ def test_scorecard_grid_colours_each_cell_by_its_verdict():
 
 
 def test_scorecard_grid_groups_claims_by_source_hatches_fragile_cells_and_adds_the_claims_verdict():
-    from minigate.scorecard import CLAIMS, SOURCES, Entry
+    from minigate.course.scorecard import CLAIMS, SOURCES, Entry
 
     entries = [Entry("f_attn", "code", "2.0x", "partly"),
                Entry("f_attn", "copy", "0.7x", "contradicted", ("one model",)),

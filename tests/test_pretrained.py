@@ -11,42 +11,34 @@ from safetensors.torch import save_file
 import minigate
 from minigate import ModelConfig, Transformer
 
-SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6)
-
-
-def _tokens(n=2, t=12, vocab=64, seed=0):
-    return torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
-
-
 # ---- 1. baseline layout against transformers.Qwen3ForCausalLM ---------------------------------------
 @pytest.mark.parametrize("tied", [True, False])
-def test_transformers_qwen3_to_minigate(tmp_path, tied):
+def test_transformers_qwen3_to_minigate(tmp_path, tied, tokens, tiny_hf):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    hf = Qwen3ForCausalLM(Qwen3Config(**SMALL, tie_word_embeddings=tied, attn_implementation="eager")).eval()
+    hf_cfg = Qwen3Config(**tiny_hf, rms_norm_eps=1e-6, tie_word_embeddings=tied, attn_implementation="eager")
+    hf = Qwen3ForCausalLM(hf_cfg).eval()
     for p in hf.parameters():  # norms start at 1: perturb them so a missed norm weight shows
         p.data.add_(0.1 * torch.randn_like(p))
     hf.save_pretrained(tmp_path)
     ours = minigate.from_pretrained(tmp_path)
     assert ours.cfg.tie_embeddings == tied and ours.cfg.gate == "none"
-    x = _tokens()
+    x = tokens()
     with torch.no_grad():
         torch.testing.assert_close(ours(x), hf(x).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_minigate_to_transformers_qwen3(tmp_path):
+def test_minigate_to_transformers_qwen3(tmp_path, tokens, tiny):
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(1)
-    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=48)
-    ours = Transformer(cfg).eval()
+    ours = Transformer(ModelConfig(**tiny)).eval()
     for p in ours.parameters():
         p.data.add_(0.1 * torch.randn_like(p))
     minigate.save_pretrained(ours, tmp_path)
     hf = Qwen3ForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    x = _tokens()
+    x = tokens()
     with torch.no_grad():
         torch.testing.assert_close(hf(x).logits, ours(x), atol=1e-5, rtol=1e-5)
 
@@ -119,10 +111,17 @@ def reference_logits(w: dict, c: dict, tokens: torch.Tensor, order: str = "per_k
     return torch.stack(out)
 
 
-def write_official_checkpoint(folder, granularity: str, seed: int = 0):
-    """A random checkpoint written by hand in the released format (no minigate code involved)."""
+@pytest.fixture
+def write_official_checkpoint(tiny_hf):
+    """write_official_checkpoint(folder, granularity, seed) -> (weights, config): a random checkpoint of the tiny model
+    written by hand in the released format (no minigate code involved)."""
+    return lambda folder, granularity, seed=0: _official_checkpoint(tiny_hf, folder, granularity, seed)
+
+
+def _official_checkpoint(fields, folder, granularity: str, seed: int):
     g = torch.Generator().manual_seed(seed)
-    c = dict(SMALL, rope_theta=10000.0, use_qk_norm=True, tie_word_embeddings=True, model_type="qwen3",
+    c = dict(fields, rms_norm_eps=1e-6, rope_theta=10000.0, use_qk_norm=True, tie_word_embeddings=True,
+             model_type="qwen3",
              headwise_attn_output_gate=granularity == "headwise",
              elementwise_attn_output_gate=granularity == "elementwise")
     H, K, D, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["hidden_size"]
@@ -150,11 +149,11 @@ def write_official_checkpoint(folder, granularity: str, seed: int = 0):
 
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
-def test_gated_checkpoint_matches_plain_reference(tmp_path, granularity):
+def test_gated_checkpoint_matches_plain_reference(tmp_path, granularity, tokens, write_official_checkpoint):
     w, c = write_official_checkpoint(tmp_path, granularity)
     model = minigate.from_pretrained(tmp_path)
     assert model.cfg.gate == "G1" and model.cfg.gate_granularity == granularity
-    x = _tokens(2, 7)
+    x = tokens(2, 7)
     with torch.no_grad():
         ours = model(x)
     torch.testing.assert_close(ours, reference_logits(w, c, x), atol=1e-4, rtol=1e-4)
@@ -162,17 +161,17 @@ def test_gated_checkpoint_matches_plain_reference(tmp_path, granularity):
 
 @pytest.mark.parametrize("granularity", ["headwise", "elementwise"])
 @pytest.mark.parametrize("wrong_order", ["per_head", "all_q_first"])
-def test_other_row_orders_would_be_caught(tmp_path, granularity, wrong_order):
+def test_other_row_orders_would_be_caught(tmp_path, granularity, wrong_order, tokens, write_official_checkpoint):
     """The reference is sensitive to the row order: a loader using another order would fail above."""
     w, c = write_official_checkpoint(tmp_path, granularity)
-    x = _tokens(1, 6)
+    x = tokens(1, 6)
     with torch.no_grad():
         ours = minigate.from_pretrained(tmp_path)(x)
     assert (ours - reference_logits(w, c, x, order=wrong_order)).abs().max() > 1e-2
 
 
-def test_save_load_roundtrip_every_variant(tmp_path):
-    x = _tokens()
+def test_save_load_roundtrip_every_variant(tmp_path, tokens):
+    x = tokens()
     for i, kw in enumerate([dict(gate="G1", gate_granularity="headwise"), dict(gate="G2", gate_head_specific=False),
                             dict(gate="G5", gate_activation="silu", gate_mode="additive"),
                             dict(sandwich_norm=True, tie_embeddings=False)]):
@@ -185,15 +184,15 @@ def test_save_load_roundtrip_every_variant(tmp_path):
 
 
 # ---- clear errors ------------------------------------------------------------------------------------
-def test_shape_mismatch_names_parameter_and_shapes(tmp_path):
+def test_shape_mismatch_names_parameter_and_shapes(tmp_path, write_official_checkpoint):
     w, c = write_official_checkpoint(tmp_path, "headwise")
     c["headwise_attn_output_gate"], c["elementwise_attn_output_gate"] = False, True  # config lies
     (tmp_path / "config.json").write_text(json.dumps(c))
-    with pytest.raises(ValueError, match=r"q_proj.weight.*\(68, 32\).*\(128, 32\)"):
+    with pytest.raises(ValueError, match=r"q_proj.weight.*\(36, 32\).*\(64, 32\)"):
         minigate.from_pretrained(tmp_path)
 
 
-def test_missing_and_unknown_keys(tmp_path):
+def test_missing_and_unknown_keys(tmp_path, write_official_checkpoint):
     from safetensors.torch import load_file
 
     w, c = write_official_checkpoint(tmp_path, "none")
@@ -209,13 +208,13 @@ def test_missing_and_unknown_keys(tmp_path):
         minigate.from_pretrained(tmp_path)
 
 
-def test_pytorch_bin_and_sharded_safetensors(tmp_path):
+def test_pytorch_bin_and_sharded_safetensors(tmp_path, tokens, write_official_checkpoint):
     w, c = write_official_checkpoint(tmp_path / "a", "elementwise")
-    ref = minigate.from_pretrained(tmp_path / "a")(_tokens())
+    ref = minigate.from_pretrained(tmp_path / "a")(tokens())
     (tmp_path / "b").mkdir()
     (tmp_path / "b/config.json").write_text(json.dumps(c))
     torch.save(w, tmp_path / "b/pytorch_model.bin")
-    torch.testing.assert_close(minigate.from_pretrained(tmp_path / "b")(_tokens()), ref, atol=0, rtol=0)
+    torch.testing.assert_close(minigate.from_pretrained(tmp_path / "b")(tokens()), ref, atol=0, rtol=0)
     (tmp_path / "c").mkdir()
     (tmp_path / "c/config.json").write_text(json.dumps(c))
     names = sorted(w)
@@ -224,14 +223,14 @@ def test_pytorch_bin_and_sharded_safetensors(tmp_path):
         save_file({n: w[n] for n in ns}, tmp_path / "c" / f)
     index = {"weight_map": {n: f for f, ns in halves.items() for n in ns}}
     (tmp_path / "c/model.safetensors.index.json").write_text(json.dumps(index))
-    torch.testing.assert_close(minigate.from_pretrained(tmp_path / "c")(_tokens()), ref, atol=0, rtol=0)
+    torch.testing.assert_close(minigate.from_pretrained(tmp_path / "c")(tokens()), ref, atol=0, rtol=0)
 
 
-def test_half_precision_load(tmp_path):
+def test_half_precision_load(tmp_path, tokens, write_official_checkpoint):
     write_official_checkpoint(tmp_path, "headwise")
     m = minigate.from_pretrained(tmp_path, dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in m.parameters())
-    assert torch.isfinite(m(_tokens()).float()).all()
+    assert torch.isfinite(m(tokens()).float()).all()
 
 
 def test_16_bit_save_halves_the_file_and_reloads_exactly(tmp_path):

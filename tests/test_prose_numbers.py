@@ -3,7 +3,6 @@ the README's prose only numbers a generated source prints (course/prose.py: gene
 figures."""
 
 import json
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -11,8 +10,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from minigate.course.prose import generated_sources, prose_numbers, readme_paragraphs, readme_unsourced, unprinted
 from minigate.course.published import PUBLISHED, README_QUOTED
+from minigate.course import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("0*.ipynb"))
 
 
@@ -55,9 +54,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_readme_states_only_numbers_a_generated_source_prints():
-    """Every decimal and ratio of the README's hand-written paragraphs is printed by a notebook's outputs, a shipped
-    model's measurements.json, a data/seeds file (measure.spread), a table of docs/gpu.md or the lessons' study
-    times, or is one of the README's own quoted figures with its source (published.README_QUOTED)."""
+    """Every decimal and ratio of the README's hand-written paragraphs is printed by a notebook's outputs, the READMEs'
+    generated text (scripts/readme.py), a data/seeds file as the lessons print it, a table of docs/gpu.md or the
+    lessons' study times, or is one of the README's own quoted figures with its source (published.README_QUOTED)."""
     missing = readme_unsourced(README, generated_sources(ROOT), README_QUOTED)
     assert not missing, (f"the README states numbers no generated source prints (paragraph, number): {missing}; "
                          "restate them from a source, or list a figure measured once with where it was measured in "
@@ -72,9 +71,22 @@ def test_every_readme_quoted_figure_is_still_in_the_readme():
 
 
 def test_the_sources_are_the_generated_ones():
+    """The notebooks' outputs, the READMEs' generated spans (which tests/test_release.py holds to the stored numbers),
+    what the lessons print of each seeds file, docs/gpu.md's tables."""
     names = set(generated_sources(ROOT))
     assert {f"solutions/{p.name} (outputs)" for p in SOLUTIONS} <= names
-    assert {"measurements.json (code)", "data/seeds/code.json (measure.spread)", "docs/gpu.md (tables)"} <= names
+    assert {"README.md (effect code, scripts/readme.py)", "README.md (seeds code, scripts/readme.py)",
+            "data/checkpoints/README.md (table code, scripts/readme.py)",
+            "data/checkpoints/README.md (table code-moe, scripts/readme.py)",
+            "data/seeds/code.json (measure.spread_lines)", "docs/gpu.md (tables)"} <= names
+
+
+def test_the_generated_spans_are_not_prose():
+    """The text between scripts/readme.py's markers is generated: the prose check reads the paragraphs around it."""
+    text = "Before 0.27. <!-- minigate:effect code -->It is 4.5x smaller.<!-- /minigate:effect code --> After 0.5."
+    assert readme_unsourced(text, {"s": "0.27 0.5"}, {}) == []
+    assert readme_unsourced(text.replace("After 0.5", "After 0.6"), {"s": "0.27 0.5"}, {}) == [
+        ("Before 0.27. After 0.6.", "0.6")]
 
 
 def test_a_readme_number_that_drifts_from_its_source_is_caught():

@@ -1,10 +1,7 @@
 """scripts/ship.py, the release pipeline outside the package: training, thinning, shipping, measuring again, and
 bringing the READMEs and lessons along."""
 
-import dataclasses
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,16 +9,13 @@ import torch
 import minigate
 from minigate import data, measure
 from minigate.cli import main
+from minigate.course.prose import generated_spans, marker
 from minigate.pretrained import SHIPPED_DIR
+from minigate.presets import NAMES
 
-_spec = importlib.util.spec_from_file_location("ship", Path(__file__).parents[1] / "scripts" / "ship.py")
-ship = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ship)
-
-
-@pytest.fixture(scope="module")
-def prose():
-    return measure.prose_windows(data.DEFAULT_TOKENIZER)
+import readme  # scripts/, on the path from conftest.py
+import seeds
+import ship
 
 
 def test_thin_keeps_every_tenth_step_and_all_evaluations():
@@ -59,20 +53,42 @@ def test_the_gpu_recipe_refuses_a_machine_without_cuda(tmp_path, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("preset", ["code", "code-moe"])
-def test_the_readmes_state_the_shipped_measurements(preset):
-    """One source: the checkpoints' README table and both READMEs' sentence come from the measurements.json files."""
-    rows = measure.shipped_rows(preset)
-    for r in rows.values():
-        stored = measure.stored(r.name)
-        assert stored["protocol"]["function"] == "analysis.published_measures" and stored["protocol"]["windows"] == 75
-    readme = (SHIPPED_DIR / "README.md").read_text()
-    assert measure.table(rows, preset) in readme
-    if preset == "code-moe":  # a pair: a table, no sentence
-        return
-    summary = measure.effect_summary(rows)
-    assert summary in readme.replace("\n", " ")
-    assert summary in (ship.ROOT / "README.md").read_text().replace("\n", " ")
+def test_every_generated_span_of_the_readmes_is_what_the_stored_numbers_render():
+    """One source: the READMEs' tables and sentences, between scripts/readme.py's markers, are rendered from the
+    measurements.json files and data/seeds/<preset>.json, measured by the published protocol."""
+    for preset in ("code", "code-moe"):
+        for r in measure.shipped_rows(preset).values():
+            stored = measure.stored(r.name)
+            assert stored["protocol"]["function"] == "analysis.published_measures"
+            assert stored["protocol"]["windows"] == 75 and r.sink_heads_64 == round(r.sink_rate_64 * r.heads)
+    rendered = readme.rendered()
+    spans = {doc.relative_to(readme.ROOT).as_posix(): generated_spans(doc.read_text()) for doc in readme.DOCS}
+    assert set(spans["README.md"]) == {("effect", "code"), ("seeds", "code")}
+    assert set(spans["data/checkpoints/README.md"]) == {("table", "code"), ("table", "code-moe"), ("effect", "code"),
+                                                         ("seeds", "code")}
+    for doc, found in spans.items():
+        for key, text in found.items():
+            assert text == rendered[key], (doc, key)
+    assert "1.9x and 2.4x smaller M-Act" in rendered["effect", "code"]  # not called massive: lesson 04
+
+
+def test_readme_update_rewrites_only_between_the_markers(tmp_path):
+    spans = readme.rendered()
+    doc = tmp_path / "README.md"
+    doc.write_text(f"Intro.\n{marker('table', 'code')}\nold table\n{marker('table', 'code', end=True)}\n"
+                   f"Text {marker('effect', 'code')}old sentence{marker('effect', 'code', end=True)} More.\n")
+    assert readme.update(["code"], [doc]) == [doc]
+    text = doc.read_text()
+    assert text.startswith("Intro.\n") and text.endswith(" More.\n") and "old" not in text
+    assert generated_spans(text) == {("table", "code"): spans["table", "code"],
+                                     ("effect", "code"): spans["effect", "code"]}
+    assert readme.update(["code"], [doc]) == []  # nothing to change
+    (tmp_path / "edited.md").write_text("a table edited by hand, its markers gone\n")
+    with pytest.raises(ValueError, match="edited.md marks none of"):
+        readme.update(["code"], [tmp_path / "edited.md"])
+    (tmp_path / "open.md").write_text(f"{marker('seeds', 'code')} never closed\n")
+    with pytest.raises(ValueError, match="has no <!-- /minigate:seeds code -->"):
+        readme.update(["code"], [tmp_path / "open.md"])
 
 
 def test_the_docs_and_lessons_that_state_the_shipped_numbers_are_found():
@@ -81,7 +97,7 @@ def test_the_docs_and_lessons_that_state_the_shipped_numbers_are_found():
     assert [p.name[:2] for p in lessons] == ["04", "07", "08"]  # call measure_*, name "code" (03 shows the histories)
     docs, lessons = ship.shown_in(preset="code-moe")  # the MoE pair: its table, and lesson 08 (not 03, 04, 07)
     assert [p.parent.name for p in docs] == ["checkpoints"] and [p.name[:2] for p in lessons] == ["08"]
-    assert measure.shipped_variants("code") == list(measure.NAMES) and measure.shipped_variants("code-moe") == ["none",
+    assert measure.shipped_variants("code") == list(NAMES) and measure.shipped_variants("code-moe") == ["none",
                                                                                                        "elementwise"]
 
 
@@ -96,21 +112,6 @@ def test_shown_in_tells_the_presets_apart(tmp_path):
         (tmp_path / "solutions" / f"{n}_x.ipynb").write_text(json.dumps({"cells": [{"source": src}]}))
     assert [p.name[:2] for p in ship.shown_in(tmp_path, "code")[1]] == ["01", "03"]
     assert [p.name[:2] for p in ship.shown_in(tmp_path, "code-moe")[1]] == ["02"]
-
-
-def test_update_docs_puts_the_new_table_and_sentence_where_the_old_ones_stood(tmp_path):
-    old = measure.shipped_rows("code")
-    new = {v: dataclasses.replace(r, f_attn_excess=r.f_attn_excess / 2, m_act=r.m_act + 1) for v, r in old.items()}
-    doc = tmp_path / "README.md"
-    doc.write_text(f"Intro.\n\n{measure.table(old, 'code')}\n\n{measure.effect_summary(old)} More.\n")
-    assert ship.update_docs(old, new, "code", [doc]) == [doc]
-    text = doc.read_text()
-    assert measure.table(new, "code") in text and measure.effect_summary(new) + " More." in text
-    assert measure.table(old, "code") not in text and text.startswith("Intro.")
-    assert ship.update_docs(new, new, "code", [doc]) == []  # nothing to change
-    (tmp_path / "edited.md").write_text("a table edited by hand\n")
-    with pytest.raises(ValueError, match="edited.md states neither the table nor the sentence"):
-        ship.update_docs(old, new, "code", [tmp_path / "edited.md"])
 
 
 def test_rerun_lessons_executes_a_notebook_in_place(tmp_path):
@@ -128,7 +129,7 @@ def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, ca
     """--measure on a copy of the shipped folders rewrites the copy's measurements.json only."""
     import shutil
 
-    for name in measure.NAMES.values():
+    for name in NAMES.values():
         shutil.copytree(SHIPPED_DIR / f"code-{name}", tmp_path / f"code-{name}")
     readme = (ship.ROOT / "README.md").read_text()
     assert ship.main(["--preset", "code", "--measure", "--ship", str(tmp_path), "--variants", "none"]) == 0
@@ -136,25 +137,42 @@ def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, ca
     assert json.loads((tmp_path / "code-baseline" / measure.MEASUREMENTS).read_text())["windows"] == 75
 
 
-_seeds_spec = importlib.util.spec_from_file_location("seeds", Path(__file__).parents[1] / "scripts" / "seeds.py")
-seeds = importlib.util.module_from_spec(_seeds_spec)
-_seeds_spec.loader.exec_module(seeds)
+def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sentence(tmp_path):
+    """scripts/seeds.py --rows data/seeds/code.json: seed 0 from the shipped measurements.json, the other seeds as
+    recorded (a row from before the stored counts gets them from its rates, exactly); the file it writes renders the
+    seeds sentence the READMEs state."""
+    recorded = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
+    old = dict(recorded, rows=[{k: v for k, v in r.items() if k not in ("heads", "sink_heads", "sink_heads_64")}
+                               for r in recorded["rows"]])
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    out = tmp_path / "code.json"
+    assert seeds.main(["--preset", "code", "--rows", str(tmp_path / "old.json"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"] == recorded["rows"]
+    sentence = readme.seed_sentence(measure.spread(measure.seed_rows("code", out)), "code")
+    assert sentence == readme.rendered()["seeds", "code"] and "6 (6-6) of 16 in the baseline" in sentence
 
 
-def test_the_readmes_state_the_seeds_and_scripts_seeds_rewrites_them(tmp_path):
-    """Both READMEs state measure.seed_sentence of data/seeds/code.json; scripts/seeds.py puts a new one in place of
-    the old, and refuses a README that states neither sentence."""
-    sentence = measure.seed_sentence(measure.spread(measure.seed_rows()))
-    for doc in (ship.ROOT / "README.md", SHIPPED_DIR / "README.md"):
-        assert sentence in doc.read_text(), doc
-    (tmp_path / "data" / "checkpoints").mkdir(parents=True)
-    old = sentence.replace("Over ", "Over 9", 1).replace("elementwise (in ", "elementwise (in 9", 1)
-    summary = measure.effect_summary(measure.shipped_rows("code"))
-    (tmp_path / "README.md").write_text(f"Intro. {summary} {old} End.\n")
-    (tmp_path / "data" / "checkpoints" / "README.md").write_text(f"{summary}\n")  # the first time: after it
-    assert len(seeds.update_readmes("code", tmp_path)) == 2
-    assert (tmp_path / "README.md").read_text() == f"Intro. {summary} {sentence} End.\n"
-    assert (tmp_path / "data" / "checkpoints" / "README.md").read_text() == f"{summary} {sentence}\n"
-    (tmp_path / "README.md").write_text("edited by hand\n")
-    with pytest.raises(ValueError, match="states neither the seeds' sentence"):
-        seeds.update_readmes("code", tmp_path)
+def row(excess, m_act, loss, sink_heads=4):
+    return measure.Measurement.from_record({"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss,
+                                            "heads": 16, "sink_heads_64": sink_heads})
+
+
+def test_the_bar_names_each_failure():
+    ok = ship.bar({"none": row(0.06, 60, 2.00), "headwise": row(0.03, 40, 2.01, 2)})
+    assert all(holds for _, holds in ok) and len(ok) == 6
+    bad = dict(ship.bar({"none": row(0.02, 15, 2.0, 0), "headwise": row(0.011, 11, 2.05, 0)}))
+    assert not any(bad.values())  # each line fails on its own number
+    assert set(bad) == {"baseline F-Attn >= 0.03 above uniform", "baseline has sink heads at T=64 (a head above 0.3)",
+                        "headwise: excess F-Attn >= 2x smaller", "headwise: M-Act >= 1.5x smaller",
+                        "headwise: fewer sink heads at T=64", "headwise: val loss <= baseline + 0.02"}
+
+
+@pytest.mark.parametrize("preset", ["code", "code-moe"])
+def test_every_shipped_preset_meets_the_bar_but_not_every_aim(preset):
+    """The one bar (ship.bar), run on the stored rows; the 3x aim it replaced is missed by the code models' M-Act
+    (1.9x and 2.4x), which the release script reports without failing."""
+    rows = measure.shipped_rows(preset)
+    assert [what for what, holds in ship.bar(rows) if not holds] == []
+    x = measure.ratios(rows)
+    if preset == "code":
+        assert x["headwise"]["m_act"] < ship.AIM and x["elementwise"]["m_act"] < ship.AIM

@@ -1,4 +1,4 @@
-"""The scorecard (minigate/scorecard.py, lesson 08): each claim's rule at, just under and just over its thresholds,
+"""The scorecard (minigate/course/scorecard/, lesson 08): each claim's rule at, just under and just over its thresholds,
 the rule text stating the bar the function applies, fragile verdicts, the claim-level verdicts and the tally, and that
 its numbers are the measured ones."""
 
@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from minigate import measure
-from minigate import scorecard as sc
+from minigate.analysis import published_measures
 from minigate.course import ROOT
+from minigate.course import scorecard as sc
+from minigate.course.published import REPORTED_CLOSED
 
 EPS = 1e-6
 Iv = sc.Interval
@@ -183,15 +185,15 @@ def test_a_within_noise_verdict_is_never_fragile():
 # ── entries, claim verdicts, the tally ──────────────────────────────────────────────────────────────────────
 
 def rows(**by_variant):
-    """{variant: a Measures-like row} from (f_attn, excess, sinks at T=64, m_act) tuples."""
-    return {v: SimpleNamespace(f_attn=f, f_attn_excess=x, sink_rate_64=s, sink_rate=s, m_act=m)
+    """{variant: a Measurement-like row of a model with 8 heads} from (f_attn, excess, sink heads at T=64, m_act)."""
+    return {v: SimpleNamespace(f_attn=f, f_attn_excess=x, sink_heads_64=s, heads=8, m_act=m)
             for v, (f, x, s, m) in by_variant.items()}
 
 
 def test_seed_entries_take_the_range_over_the_seeds():
-    good = rows(none=(0.9, 0.8, 0.5, 5000.0), headwise=(0.1, 0.05, 0.0, 200.0), elementwise=(0.1, 0.05, 0.0, 200.0))
-    bad = rows(none=(0.9, 0.8, 0.5, 5000.0), headwise=(0.1, 0.05, 0.0, 200.0), elementwise=(0.1, 0.05, 0.0, 6000.0))
-    e = {x.claim: x for x in sc.seed_entries("s", {0: good, 1: bad, 2: {"none": good["none"]}}, 8)}  # 2: incomplete
+    good = rows(none=(0.9, 0.8, 4, 5000.0), headwise=(0.1, 0.05, 0, 200.0), elementwise=(0.1, 0.05, 0, 200.0))
+    bad = rows(none=(0.9, 0.8, 4, 5000.0), headwise=(0.1, 0.05, 0, 200.0), elementwise=(0.1, 0.05, 0, 6000.0))
+    e = {x.claim: x for x in sc.seed_entries("s", {0: good, 1: bad, 2: {"none": good["none"]}})}  # 2: incomplete
     assert e["m_act"].verdict == "within noise" and e["sink heads"].verdict == "reproduced"
     assert e["m_act"].value == "5000 -> 200 / 200: 25.0x [25.0, 25.0] / 25.0x [0.8, 25.0] (2 seeds)"
     assert e["sink heads"].value == "4 -> 0 / 0 of 8; baseline - gated [4, 4] / [4, 4] (2 seeds)"
@@ -206,6 +208,18 @@ def windows(shares, maxima, n=40, seed=0):
                                                                                generator=g, dtype=torch.float64)
     m = torch.tensor(maxima, dtype=torch.float64)[None] * (1 + 0.05 * torch.rand(n, len(maxima), generator=g))
     return sc.Windows(shares=s, shares_64=s, maxima=m, uniform=0.05)
+
+
+def test_windows_are_published_measures_window_by_window(tiny_model):
+    """A model's Windows give back published_measures' F-Attn, M-Act and sink heads at T=64 on the same windows."""
+    model = tiny_model(gate="G1")
+    tokens = torch.randint(1, 64, (6, 80), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = 0  # <bos>
+    w, m = sc.measure_windows(model, tokens, batch_size=4), published_measures(model, tokens)
+    assert w.shares.shape == w.shares_64.shape == (6, 2, 4) and w.maxima.shape == (6, 2)
+    assert w.f_attn == pytest.approx(m.f_attn, rel=1e-6) and w.m_act == pytest.approx(m.m_act, rel=1e-6)
+    assert w.sink_heads == m.sink_heads_64 and w.uniform == m.uniform
+    assert not torch.equal(w.shares, w.shares_64)  # T=80: the first 64 queries are not all of them
 
 
 def test_window_entries_bootstrap_the_windows():
@@ -337,7 +351,8 @@ def test_the_paper_column_is_the_papers_table_4():
     e = {x.claim: x.value for x in sc.paper_entries()}
     assert e["f_attn"].startswith("0.467 -> 0.073 / 0.048: raw 6.4x / 9.7x")
     assert e["m_act"].startswith("1053 -> 98 / 94: 10.7x / 11.2x")
-    assert math.isclose(sc.PAPER["closed"]["gates=0"] / sc.PAPER["closed"]["learned"], 24536, rel_tol=1e-4)
+    assert e["closed"].startswith("24,536x") and e["lr loss"].startswith("9.195 -> 7.325 nats")
+    assert math.isclose(REPORTED_CLOSED["gates=0"] / REPORTED_CLOSED["learned"], 24536, rel_tol=1e-4)
 
 
 def test_the_readme_summary_links_the_scorecard():

@@ -80,7 +80,7 @@ def test_induction_models_match_their_run_and_only_the_baseline_has_a_sink_head(
 
 def test_code_models_show_the_sink_and_the_gate_removing_most_of_it():
     """What data/checkpoints/README.md and lesson 04 say of these three, measured afresh on 16 held-out prose
-    windows at T=512 (measure.bar checks the stored rows of all 75, tests/test_measure.py):
+    windows at T=512 (scripts/ship.py's bar checks the stored rows of all 75, tests/test_release.py):
     the baseline has a head with a quarter of its attention on <bos> and massive activations; the elementwise twin has
     at most a third of its F-Attn above uniform, the headwise twin at most half; both at least 1.5x lower M-Act, at no
     worse validation loss."""

@@ -6,19 +6,11 @@ import math
 import pytest
 import torch
 
-from minigate import ModelConfig, Transformer, hardware
+from minigate import hardware
 from minigate import train as T
 from minigate.checkpoint import History, ckpt_step, load_checkpoint
 from minigate.evaluation import eval_mode, token_cross_entropy
 from minigate.presets import PRESETS, TrainConfig, model_config
-
-TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64)
-
-
-def _model(**kw):
-    torch.manual_seed(0)
-    return Transformer(ModelConfig(**{**TINY, **kw}))
-
 
 def _data(n=3000, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -110,13 +102,13 @@ def _stop_at(step, exc):
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
-def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how):
+def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how, tiny_model):
     tr, va = _data()
     cfg = _cfg(grad_accum=2, callback_every=1, ckpt_every=2)
-    straight = _model(gate="G1", gate_granularity="headwise")
+    straight = tiny_model(gate="G1", gate_granularity="headwise")
     h1 = T.train(straight, tr, va, cfg, progress=False)
 
-    interrupted = _model(gate="G1", gate_granularity="headwise")
+    interrupted = tiny_model(gate="G1", gate_granularity="headwise")
     if how == "ctrl-c":  # KeyboardInterrupt after step 3: a checkpoint of step 3 is written
         with pytest.raises(KeyboardInterrupt):
             T.train(interrupted, tr, va, cfg, out_dir=tmp_path, callback=_stop_at(3, KeyboardInterrupt()),
@@ -127,38 +119,38 @@ def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how):
             T.train(interrupted, tr, va, cfg, out_dir=tmp_path,
                     callback=_stop_at(5, RuntimeError("power cut")), progress=False)
         assert ckpt_step(tmp_path / "checkpoint.pt") == 4
-    resumed = _model(gate="G1", gate_granularity="headwise")
+    resumed = tiny_model(gate="G1", gate_granularity="headwise")
     torch.manual_seed(123)  # the global RNG is restored from the checkpoint too
     h2 = T.train(resumed, tr, va, cfg, out_dir=tmp_path, resume=True, progress=False)
     assert _params_equal(straight, resumed)
     assert h2.step == h1.step and h2.loss == h1.loss and h2.val_loss == h1.val_loss
-    assert not _params_equal(straight, _model(gate="G1", gate_granularity="headwise"))  # it did train
+    assert not _params_equal(straight, tiny_model(gate="G1", gate_granularity="headwise"))  # it did train
 
 
-def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path):
+def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path, tiny_model):
     tr, va = _data()
-    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     with pytest.raises(FileExistsError, match="resume=True"):
-        T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+        T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="another model config"):
-        T.train(_model(d_ff=32), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, resume=True,
+        T.train(tiny_model(d_ff=32), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, resume=True,
                 progress=False)
 
 
-def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path):
+def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path, tiny_model):
     tr, va = _data()
-    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     del ckpt["model_config"]["gate_bias"]  # written by a version without this field: it means the default
     torch.save(ckpt, tmp_path / "checkpoint.pt")
     with pytest.warns(UserWarning, match="changed steps"):  # a longer run: told, and allowed
-        h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
+        h = T.train(tiny_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
     assert h.step[-1] == 3
 
 
-def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_model):
     tr, va = _data()
-    model, calls = _model(), {"n": 0}
+    model, calls = tiny_model(), {"n": 0}
 
     def poison(x, hook):  # the 5th training forward (step 5) produces NaN
         if torch.is_grad_enabled():
@@ -175,7 +167,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert not (tmp_path / "model").exists()  # no final model from a failed run
 
 
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, tiny_model):
     tr, va = _data()
     real_save, calls = torch.save, {"n": 0}
 
@@ -188,26 +180,26 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", crash_on_second_save)
     with pytest.raises(OSError, match="disk full"):
-        T.train(_model(), tr, va, _cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
+        T.train(tiny_model(), tr, va, _cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
     assert calls["n"] == 2
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the previous one is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "history.json"]  # no temp files
 
 
-def test_bf16_autocast_runs_on_cpu():
+def test_bf16_autocast_runs_on_cpu(tiny_model):
     tr, va = _data()
-    model, dtypes = _model(gate="G1", gate_granularity="elementwise"), set()
+    model, dtypes = tiny_model(gate="G1", gate_granularity="elementwise"), set()
     with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
         h = T.train(model, tr, va, _cfg(steps=3, precision="bf16"), progress=False)
     assert dtypes == {torch.bfloat16}  # autocast really was on
     assert all(math.isfinite(x) for x in h.loss + h.val_loss)
     assert next(model.parameters()).dtype == torch.float32  # master weights stay fp32
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
-        T.train(_model(), tr, va, _cfg(precision="fp16"), progress=False)
+        T.train(tiny_model(), tr, va, _cfg(precision="fp16"), progress=False)
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native):
+def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native, tiny_model):
     """The hardware query is mocked, not the arithmetic: the run really trains in what "auto" chose."""
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
     cpu = torch.device("cpu")
@@ -216,7 +208,7 @@ def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypat
     assert hardware.pick_precision("bf16", cpu) == (torch.bfloat16, False)
     assert hardware.pick_precision("auto", torch.device("mps")) == (None, False)
     tr, va = _data()
-    model, dtypes = _model(), set()
+    model, dtypes = tiny_model(), set()
     with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
         h = T.train(model, tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), progress=False)
     assert dtypes == {torch.bfloat16 if native else torch.float32}
@@ -249,16 +241,17 @@ def test_native_bf16_means_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, nat
 
 
 @pytest.mark.filterwarnings("ignore:resuming with a changed steps")
-def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_not_bitwise(tmp_path, monkeypatch):
+def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_not_bitwise(tmp_path, monkeypatch,
+                                                                                             tiny_model):
     tr, va = _data()
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
-    T.train(_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
             run_json={"preset": "tiny"}, progress=False)
     assert json.loads((tmp_path / "run.json").read_text()) == {"preset": "tiny", "precision_used": "bf16"}
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # the same run folder on another CPU
     with pytest.warns(UserWarning, match="resuming in fp32 a run checkpointed in bf16.*not bitwise"):
-        h = T.train(_model(), tr, va, _cfg(steps=3, warmup_steps=1, precision="auto"), out_dir=tmp_path, resume=True,
-                    run_json={"preset": "tiny"}, progress=False)
+        h = T.train(tiny_model(), tr, va, _cfg(steps=3, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+                    resume=True, run_json={"preset": "tiny"}, progress=False)
     assert h.info["precision_used"] == "fp32"
     assert json.loads((tmp_path / "model" / "run.json").read_text())["precision_used"] == "fp32"
 
@@ -270,7 +263,7 @@ def test_the_presets_lessons_and_tests_train_on_a_cpu_are_fp32_on_every_cpu():
         "code": "auto", "code-moe": "auto", "code-gpu": "auto"}
 
 
-def test_callback_metrics_history_and_loss_goes_down():
+def test_callback_metrics_history_and_loss_goes_down(tiny_model):
     tr = torch.arange(4000) % 7 + 1  # a periodic stream: easy to learn
     seen = []
 
@@ -278,7 +271,7 @@ def test_callback_metrics_history_and_loss_goes_down():
         seen.append((model.training, torch.is_grad_enabled()))
         return {"double": 2 * step}
 
-    h = T.train(_model(), tr, tr[:500], _cfg(steps=30, warmup_steps=3, eval_every=10, callback_every=15),
+    h = T.train(tiny_model(), tr, tr[:500], _cfg(steps=30, warmup_steps=3, eval_every=10, callback_every=15),
                 callback=callback, progress=False)
     assert h.metric("double") == ([15, 30], [30, 60]) and seen == [(False, False)] * 2
     assert h.step == list(range(1, 31)) and h.eval_step == [10, 20, 30]
@@ -293,12 +286,12 @@ def test_spike_rule():
     assert not T.is_spike(100.0, [4.0] * 3, cfg)  # not before a full window
 
 
-def test_bad_inputs_have_clear_errors():
+def test_bad_inputs_have_clear_errors(tiny_model):
     tr, va = _data()
     with pytest.raises(ValueError, match="token id 99.*vocab_size is 64"):
-        T.train(_model(), torch.cat([tr, torch.tensor([99])]), va, _cfg(), progress=False)
+        T.train(tiny_model(), torch.cat([tr, torch.tensor([99])]), va, _cfg(), progress=False)
     with pytest.raises(ValueError, match="validation corpus has 10 tokens"):
-        T.train(_model(), tr, va[:10], _cfg(), progress=False)
+        T.train(tiny_model(), tr, va[:10], _cfg(), progress=False)
     with pytest.raises(ValueError, match="warmup_steps=10: must be >= 0 and less than steps=10"):
         TrainConfig(steps=10, warmup_steps=10)
 
@@ -317,8 +310,8 @@ def test_presets_build_for_every_gate():
         assert (p.train.ckpt_minutes > 0) == (p.train.steps >= 1000), name  # long presets also checkpoint on a clock
 
 
-def test_weight_decay_only_on_linear_matrices():
-    model = _model()
+def test_weight_decay_only_on_linear_matrices(tiny_model):
+    model = tiny_model()
     opt = T.make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
@@ -327,8 +320,8 @@ def test_weight_decay_only_on_linear_matrices():
     assert sum(len(g["params"]) for g in opt.param_groups) == len(names)
 
 
-def test_eval_mode_restores_the_callers_mode_also_on_errors():
-    model = _model()
+def test_eval_mode_restores_the_callers_mode_also_on_errors(tiny_model):
+    model = tiny_model()
     for before in (True, False):
         model.train(before)
         with pytest.raises(RuntimeError), eval_mode(model):

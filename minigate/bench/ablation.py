@@ -27,7 +27,8 @@ import argparse
 import torch
 
 from minigate import Transformer, from_pretrained
-from minigate.ablation import PAPER, chunks, forward_flops, n_published_conditions, published_conditions, sweep
+from minigate.ablation import (PUBLISHED_SETUP, chunks, forward_flops, n_published_conditions, published_conditions,
+                               sweep)
 from minigate.hardware import T4_PEAK
 from minigate.bench.common import interleaved_medians
 from minigate.presets import model_config
@@ -79,7 +80,7 @@ def main(argv=None):
     print(f"  looped / batched = {med['looped'] / med['batched']:.2f}x (target >= 3x); "
           f"max |loss difference| {diff:.1e} (must be < 1e-5)")
 
-    p = PAPER
+    p = PUBLISHED_SETUP
     n_1b = n_published_conditions(p["n_layers"], p["n_heads"])
     per_condition = forward_flops(p["params"], p["n_layers"], p["n_heads"], p["head_dim"], p["n_chunks"],
                                   p["chunk_len"])

@@ -6,6 +6,8 @@
     study.py            a lesson's study time, as its header and the README state it
     checks/             the exercises' checks (`checks.<exercise>`) and `grade`, which scores learners' notebooks
     nbgrader_course.py  `nbgrader DIR`: a ready nbgrader course folder (its config is nbgrader_config.py)
+    published.py        the figures lessons quote from the paper and the 1B report, the one place code reads them from
+    scorecard/          lesson 08's scorecard: each claim against each setting measured, with its rule and verdict
 """
 
 from __future__ import annotations

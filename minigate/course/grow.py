@@ -32,7 +32,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,14 +39,13 @@ from pathlib import Path
 import torch
 
 from .. import measure
-from ..measure import NAMES
-from ..presets import PRESETS, VARIANTS, model_config
+from ..presets import NAMES, PRESETS, VARIANTS, model_config
 from ..runfolder import RunLock, lock_holder
+from .grow_view import GrowView
 
 GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100, 265 s for three on an H200; a T4 projected at 4-15 min
 CPU_RECIPE = "code"  # the shipped models' recipe (docs/gpu.md, README: its times per machine)
 RECIPES = (GPU_RECIPE, CPU_RECIPE)  # what find_grown looks for
-SHOWN = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
 DRIVE = Path("/content/drive")  # where Colab mounts Google Drive
 KEPT = ("model", "run.json", "history.json", "measurements.json")  # what keep= copies of a finished run (not its
 # checkpoint); measurements.json once compare() has measured it
@@ -80,7 +78,7 @@ class Progress:
     state: str  # "waiting", "training", "stopped" (unfinished, nothing training it) or "done"
 
 
-class Grow:
+class Grow(GrowView):
     """The three models of one seed, grown in run folders under `root`. steps / sets: shorter runs and --set
     overrides (the tests' few steps; the course's runs use the recipe as it is). keep: a folder the finished trio is
     copied to (drive_folder() in Colab)."""
@@ -251,16 +249,11 @@ class Grow:
         return out
 
     def measure(self, prose: torch.Tensor, device="cpu") -> dict | None:
-        """{variant: measure.Shipped} of the three finished models on `prose` (measure.prose_windows: the windows the
-        shipped models were measured on), named "yours-NAME"; None until all three are finished."""
+        """{variant: measure.Measurement} of the three finished models on `prose` (measure.prose_windows: the windows
+        the shipped models were measured on), named "yours-NAME"; None until all three are finished."""
         if not self.finished():
             return None
         return {v: measure.measure_folder(self.folder(v), prose, device, name=f"yours-{NAMES[v]}") for v in VARIANTS}
-
-    def n_heads(self) -> int:
-        """Heads in one model (layers x heads per layer), from the recipe: 16 in `code`, 48 in `code-gpu`."""
-        cfg = model_config(self.preset)
-        return cfg.n_layers * cfg.n_heads
 
     def compare(self, prose: torch.Tensor, device="cpu") -> str:
         """The finished trio measured on `prose`, beside the course's numbers for the same recipe: the shipped trio
@@ -273,7 +266,6 @@ class Grow:
             for folder in (self.folder(v), *([self.keep / NAMES[v]] if self.keep else [])):
                 if folder.is_dir():
                     measure.write_measurements(folder, row, prose)
-        n = self.n_heads()
         trios = {"yours": yours}
         if measure.shipped_variants(self.preset) == list(NAMES):
             trios = {"shipped": measure.shipped_rows(self.preset), **trios}
@@ -282,7 +274,7 @@ class Grow:
         for v in VARIANTS:
             for who, trio in trios.items():
                 r = trio[v]
-                lines.append(f"{who:8s} {r.name:20s} {round(r.sink_rate_64 * n):>12d} / {n} {r.max_head_64:16.2f} "
+                lines.append(f"{who:8s} {r.name:20s} {r.sink_heads_64:>12d} / {r.heads} {r.max_head_64:16.2f} "
                              f"{r.f_attn_excess:14.3f} {r.m_act:6.1f} {r.val_loss_code:9.3f}")
         for who, trio in trios.items():
             x = measure.ratios(trio)
@@ -293,7 +285,7 @@ class Grow:
         if seeds.is_file():
             first = "the shipped models" if "shipped" in trios else "one of the course's runs"
             lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
-            lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), n, seed0=first)
+            lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), seed0=first)
         return "\n".join(lines)
 
     def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
@@ -304,78 +296,21 @@ class Grow:
         from ..model import Transformer
         from ..train import train  # the library's trainer, as the runs use it
 
-        cfg = PRESETS[self.preset].train
-        n, total = self.steps or cfg.steps, warmup + steps
-        timed = dataclasses.replace(cfg, steps=total, eval_every=total, eval_batches=1, ckpt_every=0, ckpt_minutes=0,
-                                    warmup_steps=1, compile=False, **({"device": device} if device else {}))
-        tokens = cfg.batch_size * cfg.seq_len * cfg.grad_accum
+        train_cfg = PRESETS[self.preset].train
+        n, total = self.steps or train_cfg.steps, warmup + steps
+        timed = dataclasses.replace(train_cfg, steps=total, eval_every=total, eval_batches=1, ckpt_every=0,
+                                    ckpt_minutes=0, warmup_steps=1, compile=False,
+                                    **({"device": device} if device else {}))
+        tokens = train_cfg.batch_size * train_cfg.seq_len * train_cfg.grad_accum
+        row = train_cfg.batch_size * (train_cfg.seq_len + 1)  # the tokens of one batch
         minutes = {}
         for variant in VARIANTS:
             torch.manual_seed(self.seed)
             model = Transformer(model_config(self.preset, variant))
-            ids = torch.randint(0, model.cfg.vocab_size, (cfg.batch_size * (cfg.seq_len + 1) * (total + 1),))
-            h = train(model, ids, ids[: cfg.batch_size * (cfg.seq_len + 1) * 2], timed, progress=False)
+            ids = torch.randint(0, model.cfg.vocab_size, (row * (total + 1),))
+            h = train(model, ids, ids[: row * 2], timed, progress=False)
             minutes[NAMES[variant]] = n * tokens / statistics.median(h.tokens_per_s[warmup:]) / 60
         return minutes
-
-    def show(self, every: float = 30.0):
-        """A progress bar per model and the tracker's curves, redrawn every `every` seconds by a background thread
-        until the three are done or nothing trains them (the notebook stays free). Returns the widget."""
-        import ipywidgets as W
-        from IPython.display import display
-
-        bars = {v: W.IntProgress(min=0, max=1, description=NAMES[v], layout=W.Layout(width="60%")) for v in VARIANTS}
-        labels = {v: W.Label() for v in VARIANTS}
-        out = W.Output()
-        box = W.VBox([W.HBox([bars[v], labels[v]]) for v in VARIANTS] + [out])
-        drawn = {"steps": None}
-
-        def redraw():
-            for v, p in self.status().items():
-                bars[v].max, bars[v].value = p.steps, p.step
-                labels[v].value = f"{p.step} / {p.steps} steps, {p.state}"
-            histories = self.histories()
-            seen = {name: [m["step"] for m in h.get("metrics", [])] for name, h in histories.items()}
-            if seen != drawn["steps"]:
-                drawn["steps"] = seen
-                with out:
-                    out.clear_output(wait=True)
-                    display(self.curves(histories))
-
-        def loop():
-            while True:
-                redraw()
-                if self.finished() or not self.running():
-                    redraw()
-                    return
-                time.sleep(every)
-
-        display(box)
-        redraw()
-        if not self.finished() and self.running():
-            threading.Thread(target=loop, daemon=True).start()
-        return box
-
-    def curves(self, histories: dict | None = None, title: str | None = None):
-        """The tracker's sink heads at T=64, F-Attn above uniform and M-Act (8 held-out prose windows, every
-        eval_every steps) of each model against the step: one figure, three panels. `histories`: {name: history.json
-        dict}, by default this seed's runs (lesson 03 also draws the shipped seed 0's through it)."""
-        import matplotlib.pyplot as plt
-
-        from ..plots import COLORS
-
-        histories = self.histories() if histories is None else histories
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), layout="constrained")
-        for ax, (key, label) in zip(axes, SHOWN.items(), strict=True):
-            for name, h in histories.items():
-                rows = [m for m in h.get("metrics", []) if key in m]
-                ax.plot([m["step"] for m in rows], [m[key] for m in rows], "o-", ms=3, label=name,
-                        color=COLORS.get(name))
-            ax.set(title=label, xlabel="step")
-        axes[0].legend(fontsize=8)
-        fig.suptitle(title or f"{self.preset}, seed {self.seed}: the tracker's numbers as the runs write them")
-        plt.close(fig)
-        return fig
 
 
 def _group_alive(pid: int) -> bool:

@@ -55,6 +55,31 @@ def unprinted(nb, lesson: str) -> list[tuple[int, str]]:
 
 _FENCE = re.compile(r"```.*?```", re.S)
 _VERSION_AFTER = r"(?:>=|==|<=|~=|\bv)\s*\d+\.\d+(?:\.\d+)*"  # a version pin, not a measurement
+# the READMEs' generated text, as scripts/readme.py writes it: <!-- minigate:KIND PRESET -->the text<!-- /minigate:KIND
+# PRESET -->
+MARKED = re.compile(r"<!-- minigate:(\w+) ([\w-]+) -->(.*?)<!-- /minigate:\1 \2 -->", re.S)
+
+
+def marker(kind: str, preset: str, end: bool = False) -> str:
+    """The comment that opens (or, with end, closes) a generated span of a README."""
+    return f"<!-- {'/' if end else ''}minigate:{kind} {preset} -->"
+
+
+def marked(text: str, kind: str, preset: str, new: str) -> str:
+    """`text` with `new` between the markers of (kind, preset), where it has them; a ValueError where one opens and
+    does not close."""
+    start, end = marker(kind, preset), marker(kind, preset, end=True)
+    if start not in text:
+        return text
+    if end not in text.split(start, 1)[1]:
+        raise ValueError(f"{start} has no {end} after it")
+    head, rest = text.split(start, 1)
+    return head + start + new + end + rest.split(end, 1)[1]
+
+
+def generated_spans(text: str) -> dict[tuple[str, str], str]:
+    """{(kind, preset): the text between its markers} of a README."""
+    return {(m.group(1), m.group(2)): m.group(3) for m in MARKED.finditer(text)}
 
 
 def _versions() -> re.Pattern:
@@ -70,9 +95,10 @@ _SIZE = re.compile(r"\b\d+ ?[x×] ?\d+\b")  # a size (8 x 512 tokens), not a rat
 
 def readme_paragraphs(text: str) -> list[str]:
     """The README's prose: its paragraphs (blank-line separated, list items included), without code blocks, table rows
-    version numbers and sizes (8 x 512); a table is generated or a configuration, not a claim written by hand."""
+    version numbers, sizes (8 x 512) and generated text (between scripts/readme.py's markers); a table is generated
+    or a configuration, not a claim written by hand."""
     paragraphs, versions = [], _versions()
-    for para in re.split(r"\n\s*\n", _FENCE.sub("\n\n", text)):
+    for para in re.split(r"\n\s*\n", _FENCE.sub("\n\n", MARKED.sub(" ", text))):
         prose = "\n".join(line for line in para.splitlines() if not line.lstrip().startswith("|"))
         if prose.strip():
             paragraphs.append(_SIZE.sub(" ", versions.sub(" ", prose)))
@@ -80,32 +106,26 @@ def readme_paragraphs(text: str) -> list[str]:
 
 
 def generated_sources(root: Path) -> dict[str, str]:
-    """{source: its text}: what the README may state numbers from. Every solutions notebook's outputs; each shipped
-    preset's measurements.json as the README's table and sentence render it (measure.table, measure.effect_summary);
-    each data/seeds/<preset>.json as measure.spread renders it (seed_sentence, spread_lines); the tables of
-    docs/gpu.md; and the lessons' study times as the README adds them up."""
+    """{source: its text}: what the README may state numbers from. Every solutions notebook's outputs; the READMEs'
+    generated text (README.md's and data/checkpoints/README.md's marked spans: each shipped preset's table and sentence
+    and each recipe's seeds sentence, which tests/test_release.py holds to measurements.json and data/seeds); each
+    data/seeds/<preset>.json as the lessons print it (measure.spread_lines); the tables of docs/gpu.md; and the
+    lessons' study times as the README adds them up."""
     import nbformat
 
     from minigate import measure
-    from minigate.presets import model_config
 
     from .study import study_minutes
 
     sources = {}
     for path in sorted((root / "solutions").glob("0*.ipynb")):
         sources[f"solutions/{path.name} (outputs)"] = printed_text(nbformat.read(path, as_version=4))
-    presets = sorted({p.parent.name.rsplit("-", 1)[0] for p in measure.SHIPPED_DIR.glob(f"*/{measure.MEASUREMENTS}")})
-    for preset in presets:
-        rows = measure.shipped_rows(preset)
-        text = measure.table(rows, preset)
-        if {"headwise", "elementwise"} <= set(rows):
-            text += "\n" + measure.effect_summary(rows)
-        sources[f"measurements.json ({preset})"] = text
+    for doc in (root / "README.md", root / "data" / "checkpoints" / "README.md"):
+        for (kind, preset), text in generated_spans(doc.read_text(encoding="utf-8")).items():
+            sources[f"{doc.relative_to(root).as_posix()} ({kind} {preset}, scripts/readme.py)"] = text
     for path in sorted((root / "data" / "seeds").glob("*.json")):
-        cfg = model_config(path.stem)
-        s, n = measure.spread(measure.seed_rows(path.stem, path)), cfg.n_layers * cfg.n_heads
-        sources[f"data/seeds/{path.name} (measure.spread)"] = "\n".join(
-            [measure.seed_sentence(s, path.stem, n), *measure.spread_lines(s, n)])
+        sources[f"data/seeds/{path.name} (measure.spread_lines)"] = "\n".join(
+            measure.spread_lines(measure.spread(measure.seed_rows(path.stem, path))))
     gpu = root / "docs" / "gpu.md"
     sources["docs/gpu.md (tables)"] = "\n".join(line for line in gpu.read_text().splitlines() if line.startswith("|"))
     minutes = {p.name[:2]: study_minutes(nbformat.read(p, as_version=4))

@@ -7,6 +7,17 @@ GU = "Gu et al., ICLR 2025 (When attention sink emerges in language models)"
 # what lessons 05-07 call "reported": a third-party analysis of the released 1B models, not the paper's
 REPORTED = "reported: a third-party analysis of the released 1B checkpoints (not the paper's; not checked here)"
 
+# The paper's figures that code computes with (the scorecard's bars, lessons 04 and 07's comparisons, the study's
+# figure): one home. Table 4, the 15B MoE models (F-Attn, M-Act); Table 2, the 1.7B dense models' loss at lr 8e-3.
+TABLE_4 = {"f_attn": {"none": 0.467, "headwise": 0.073, "elementwise": 0.048},
+           "m_act": {"none": 1053, "headwise": 98, "elementwise": 94}}
+TABLE_2_LR = {"none": 9.195, "gated": 7.325}  # the baseline degrades at the larger learning rate; the gated model not
+# what the third-party report measured on the released 1B headwise model: WikiText-2 perplexity, learned gates and
+# every gate closed (REPORTED)
+REPORTED_CLOSED = {"learned": 12.39, "gates=0": 304_000}
+# Table 4 as ratios, baseline / gated: how many times smaller the gated models' F-Attn and M-Act are than the baseline's
+TABLE_4_RATIOS = {key: {g: row["none"] / row[g] for g in ("headwise", "elementwise")} for key, row in TABLE_4.items()}
+
 TABLE_1 = ["6.026", "5.761", "1.6", "5.792", "5.820", "6.016", "5.981", "6.017"]  # 15B MoE, 400B tokens
 
 PUBLISHED: dict[str, dict[str, str]] = {

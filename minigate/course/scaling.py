@@ -23,12 +23,12 @@ import torch
 from ..model import Transformer
 from ..presets import PRESETS, model_config
 from ..pretrained import SHIPPED_DIR
+from .published import TABLE_4_RATIOS
 
 DATA = SHIPPED_DIR.parent  # data/
 MEASURES = {"sink_rate_64": "sink heads at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
-# the paper's ratios (Qiu et al., 2025, Table 4, 15B MoE: baseline / gated). It reports raw F-Attn, no sink heads
-PAPER = {"f_attn_excess": {"headwise": 0.467 / 0.073, "elementwise": 0.467 / 0.048},
-         "m_act": {"headwise": 1053 / 98, "elementwise": 1053 / 94}}
+# the paper's ratio drawn on each panel (Table 4, 15B MoE: baseline / gated). It reports raw F-Attn, no sink heads
+PAPER_RATIOS = {"f_attn_excess": TABLE_4_RATIOS["f_attn"], "m_act": TABLE_4_RATIOS["m_act"]}
 GATED = ("headwise", "elementwise")
 
 
@@ -150,8 +150,8 @@ def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each s
                                 ha="center", va="top", color=COLORS[g])
                 if rs:
                     ax.hlines(statistics.median(rs) if finite else top, xs - 0.1, xs + 0.1, color=COLORS[g], lw=2)
-            if key in PAPER:
-                ax.axhline(PAPER[key][g], color=COLORS[g], ls="--", lw=1, label=f"paper, {g}")
+            if key in PAPER_RATIOS:
+                ax.axhline(PAPER_RATIOS[key][g], color=COLORS[g], ls="--", lw=1, label=f"paper, {g}")
         ax.axhline(1, color="gray", lw=0.8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(pts)), [p.name for p in pts], rotation=30)

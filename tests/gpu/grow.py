@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from minigate import measure
+from minigate.presets import NAMES
 from minigate.course.grow import Grow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     rc = grow.run()
     out["run_seconds"], out["rc"] = time.perf_counter() - t0, rc
     out["train_seconds"] = {}
-    for v, name in measure.NAMES.items():  # steps only, from the history (corpus build and evaluations excluded)
+    for v, name in NAMES.items():  # steps only, from the history (corpus build and evaluations excluded)
         h = json.loads((grow.folder(v) / "history.json").read_text())
         r = json.loads((grow.folder(v) / "run.json").read_text())["train"]
         tokens = r["batch_size"] * r["seq_len"] * r.get("grad_accum", 1)

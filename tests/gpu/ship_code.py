@@ -5,7 +5,8 @@ On a CUDA machine, one command (about 5 minutes on an H100; a run folder that ex
     python tests/gpu/ship_code.py --runs runs --ship data/checkpoints [--pack $OUT]
 
 The work is `python scripts/ship.py --preset code-gpu` (train, measure on held-out WikiText-2 at T=512 with
-minigate.measure, ship bf16, check measure.bar); `--pack` also writes one code-gpu-*.tar per model, to bring them back.
+minigate.measure, ship bf16, check the release's bar, ship.bar); `--pack` also writes one code-gpu-*.tar per model, to
+bring them back.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from minigate import measure
 from minigate.pretrained import SHIPPED_DIR
+from minigate.presets import NAMES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import ship  # noqa: E402  (scripts/ship.py, the release pipeline)
@@ -27,12 +28,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--ship", default=str(SHIPPED_DIR))
     ap.add_argument("--pack", help="also write one code-gpu-*.tar per model here")
-    ap.add_argument("--variants", nargs="*", default=list(measure.NAMES))
+    ap.add_argument("--variants", nargs="*", default=list(NAMES))
     args = ap.parse_args(argv)
     rc = ship.main(["--preset", "code-gpu", "--runs", args.runs, "--ship", args.ship, "--variants", *args.variants])
     if args.pack and rc != 2:
         for variant in args.variants:
-            name = f"code-gpu-{measure.NAMES[variant]}"
+            name = f"code-gpu-{NAMES[variant]}"
             with tarfile.open(Path(args.pack) / f"{name}.tar", "w") as t:
                 t.add(Path(args.ship) / name, arcname=name)
     return rc

@@ -18,11 +18,11 @@ MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, eac
 
 # ── a callback that watches the sink form ───────────────────────────────────────────────────────────
 
-KEYS = ("bos_share", "layer", "head")  # what the callback returns, in the order the check compares them
+KEYS = ("max_head", "layer", "head")  # what the callback returns, in the order the check compares them
 
 
 def reference_bos_tracker(tokens):
-    """tokens (batch, pos), <bos> first -> a train() callback(step, model, history) -> {"bos_share": float,
+    """tokens (batch, pos), <bos> first -> a train() callback(step, model, history) -> {"max_head": float,
     "layer": int, "head": int}: the largest share of attention any one head puts on <bos> (key 0), each head's share
     averaged over the prompts and every query position (query 0 included), and that head's layer and index: the
     package's attention_sink(model, tokens).share.max(), the max_head that analysis.sink_tracker records."""
@@ -51,12 +51,12 @@ def _bos_tracker(tokens, to_key=True, reduce="mean", first_query=0, swap=False, 
         layer += n_layers - len(names)
         if swap:
             layer, head = head, layer
-        return {"bos_share": share.max().item(), "layer": layer, "head": head}
+        return {"max_head": share.max().item(), "layer": layer, "head": head}
     return callback
 
 
 def _tracked(make_callback):
-    """make_callback(tokens) -> callback  ==>  fn(model, tokens) -> (bos_share, layer, head), float64, what the
+    """make_callback(tokens) -> callback  ==>  fn(model, tokens) -> (max_head, layer, head), float64, what the
     callback returns when train() calls it (eval mode, no gradients). A Mismatch when it cannot be read."""
     def run(model, tokens):
         from ...checkpoint import History
@@ -72,18 +72,18 @@ def _tracked(make_callback):
         if out is None:
             raise Mismatch(f"the callback: {NONE_HINT} (it returns a dict of numbers for history.metrics)")
         if not isinstance(out, dict):
-            raise Mismatch(f"a train() callback returns a dict of numbers, {{'bos_share': ..., 'layer': ..., "
+            raise Mismatch(f"a train() callback returns a dict of numbers, {{'max_head': ..., 'layer': ..., "
                            f"'head': ...}}; got {what(out)}")
         missing = [k for k in KEYS if k not in out]
         if missing:
-            raise Mismatch(f"the callback's dict has no key {missing[0]!r}: return {{'bos_share': ..., 'layer': ..., "
+            raise Mismatch(f"the callback's dict has no key {missing[0]!r}: return {{'max_head': ..., 'layer': ..., "
                            f"'head': ...}}")
         for k in KEYS:
             v = out[k]
             if isinstance(v, torch.Tensor):
                 raise Mismatch(f"{k!r} is {what(v)}: return plain Python numbers (.item(), int(...)); train() keeps "
                                "them in history.metrics, which history.json stores as JSON")
-            if k != "bos_share" and not (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
+            if k != "max_head" and not (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
                 raise Mismatch(f"{k!r} is an index: expected an int, got {what(v)}")
             if not isinstance(v, numbers.Real) or isinstance(v, bool):
                 raise Mismatch(f"expected a number for {k!r}, got {what(v)}")
@@ -135,7 +135,7 @@ MISTAKES["bos_tracker"] = [
 
 
 def bos_tracker(fn: Callable) -> Callable:
-    """fn(tokens) -> a train() callback (step, model, history) -> {"bos_share", "layer", "head"}; checked by calling
+    """fn(tokens) -> a train() callback (step, model, history) -> {"max_head", "layer", "head"}; checked by calling
     the callback on tiny models as train() does; see reference_bos_tracker."""
     cases = [("tiny baseline, 3 layers x 4 heads (2 value heads)", (_tracker_model(0), _tokens(0, 3, 10))),
              ("tiny gated model, 2 layers x 3 heads", (_tracker_model(1, "G1", 2, 3, 3), _tokens(1, 2, 12))),

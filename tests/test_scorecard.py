@@ -201,7 +201,7 @@ def test_seed_entries_take_the_range_over_the_seeds():
     assert all(not x.fragile for x in e.values() if x.verdict != "within noise")
 
 
-def windows(shares, maxima, n=40, seed=0):
+def crafted_windows(shares, maxima, n=40, seed=0):
     """Windows of n rows whose per-head shares scatter a little around `shares` (layer, head)."""
     g = torch.Generator().manual_seed(seed)
     s = torch.tensor(shares, dtype=torch.float64)[None] + 0.01 * torch.randn(n, *torch.tensor(shares).shape,
@@ -223,9 +223,9 @@ def test_windows_are_published_measures_window_by_window(tiny_model):
 
 
 def test_window_entries_bootstrap_the_windows():
-    trio = {"none": windows([[0.6, 0.1], [0.4, 0.1]], [100.0, 200.0]),
-            "headwise": windows([[0.1, 0.1], [0.1, 0.1]], [10.0, 20.0], seed=1),
-            "elementwise": windows([[0.35, 0.1], [0.1, 0.1]], [150.0, 250.0], seed=2)}
+    trio = {"none": crafted_windows([[0.6, 0.1], [0.4, 0.1]], [100.0, 200.0]),
+            "headwise": crafted_windows([[0.1, 0.1], [0.1, 0.1]], [10.0, 20.0], seed=1),
+            "elementwise": crafted_windows([[0.35, 0.1], [0.1, 0.1]], [150.0, 250.0], seed=2)}
     e = {x.claim: x for x in sc.window_entries("t", trio, "40 rows")}
     assert e["sink heads"].value.startswith("2 -> 0 / 1 of 4; baseline - gated [2, 2] / [1, 1] (40 rows)")
     assert e["sink heads"].verdict == "partly" and e["sink heads"].fragile == ("one model", "one head")

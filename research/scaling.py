@@ -149,7 +149,9 @@ def main(argv=None) -> int:
     prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
     assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (
         "these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy they came from")
-    rows = {(r["point"], r["seed"], r["variant"]): r for r in stored_rows()} if args.what == "run" else {}
+    key = lambda r: (r["point"], r["seed"], r["variant"])  # noqa: E731
+    skip = {key(r) for r in stored_rows()} if args.what == "run" else set()  # run: measured before, kept
+    mine = {}  # the rows this process measured
     for p, s, v in queue:
         if args.what == "run" and not finished(folder(p, s, v)):
             print(f"{time.strftime('%H:%M:%S')} training {p} seed {s} {v}", flush=True)
@@ -157,13 +159,14 @@ def main(argv=None) -> int:
             if rc:
                 print(f"{p} seed {s} {v}: minigate train exited with {rc}; see its log", flush=True)
                 return rc
-        if finished(folder(p, s, v)) and (p, s, v) not in rows:
-            rows[p, s, v] = measured_row(p, s, v, prose)
-            r = rows[p, s, v]
+        if finished(folder(p, s, v)) and (p, s, v) not in skip | set(mine):
+            r = mine[p, s, v] = measured_row(p, s, v, prose)
             print(f"{time.strftime('%H:%M:%S')} {p} seed {s} {v}: {r['sink_rate_64']:.3f} sink rate at T=64, excess "
                   f"{r['f_attn_excess']:.4f}, M-Act {r['m_act']:.1f}, loss {r['val_loss_code']:.3f}, "
                   f"{r['wall_s']} s", flush=True)
-            write(list(rows.values()), prose)
+            # run: the files as they are now (another process may have measured again meanwhile), with this one's rows
+            kept = {key(r): r for r in stored_rows()} if args.what == "run" else {}
+            write(list({**kept, **mine}.values()), prose)
     return 0
 
 

@@ -11,6 +11,9 @@ runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a s
 trains in bf16 with torch.compile on 2 threads (`python -m minigate.bench train` on a CPU with native bf16: compiled
 bf16 1.18x bf16 eager end to end over the `code` preset), on this machine's python-code corpus: a row records the
 corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
+The corpus is read from this Python's stdlib and site-packages, so installing anything (`pip install -e .` included:
+it rewrites minigate's editable finder) changes its SHA-256: a seed whose models straddle an install differs in corpus
+(tests/test_study.py fails it); train that seed's models again.
 """
 
 from __future__ import annotations

@@ -75,10 +75,23 @@ def test_points_ratios_and_the_table(crafted):
 
 def test_the_figure_has_a_panel_per_measure_and_the_papers_ratios(crafted):
     fig = scaling.figure(scaling.points(crafted))
-    assert [ax.get_title() for ax in fig.axes] == list(scaling.MEASURES.values())
+    assert [ax.get_title() for ax in fig.axes] == [*scaling.MEASURES.values(), "along training (tracker, 8 windows)"]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["code", "2x", "code-gpu"]
-    dashed = {round(line.get_ydata()[0], 2) for ax in fig.axes[1:] for line in ax.lines if line.get_linestyle() == "--"}
+    dashed = {round(line.get_ydata()[0], 2) for ax in fig.axes[1:3] for line in ax.lines
+              if line.get_linestyle() == "--"}
     table_4 = {round(TABLE_4[k]["none"] / TABLE_4[k][g], 2) for k in ("f_attn", "m_act") for g in scaling.GATED}
     assert dashed == table_4  # the paper's own ratios, from course/published.py
     assert not any(line.get_linestyle() == "--" for line in fig.axes[0].lines)  # the paper reports no sink heads
     assert any(t.get_text() == "none left" for t in fig.axes[0].texts)
+
+
+def test_the_along_training_panel_draws_each_seeds_tracker_ratios_against_tokens(crafted):
+    """Two seeds of the crafted 2x point: a line per seed and measure, x in millions of tokens seen, y the tracker's
+    baseline / elementwise (seed 0's M-Act: 100 / 25 at every step)."""
+    ax = scaling.figure(scaling.points(crafted)).axes[3]
+    drawn = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+    assert set(drawn) == {f"2x seed {s}, {m}" for s in (0, 1) for m in ("F-Attn above uniform", "M-Act")}
+    m_act = drawn["2x seed 0, M-Act"]
+    assert list(m_act.get_xdata()) == [s * 4096 / 1e6 for s in (500, 1000, 2000)]
+    assert list(m_act.get_ydata()) == [4.0, 4.0, 4.0] and m_act.get_linestyle() == ":"
+    assert list(drawn["2x seed 1, F-Attn above uniform"].get_ydata()) == [4.0] * 3  # 0.08 / 0.02

@@ -43,9 +43,10 @@ class Point:
         return [r for by_variant in self.seeds.values() for r in by_variant.values()]
 
     def value(self, key: str) -> float | None:
-        """A fact every row shares (params of the baseline, tokens), or None."""
-        got = [r[key] for r in self.rows() if r.get(key) is not None and r["variant"] == "none"]
-        return got[0] if got else None
+        """A fact of the setting (the baseline's params, tokens): the baseline's row's, else any row's (a setting
+        whose baseline is still training); None where no row records it."""
+        got = sorted((r["variant"] != "none", r[key]) for r in self.rows() if r.get(key) is not None)
+        return got[0][1] if got else None
 
     def ratios(self, gated: str, key: str) -> list[float]:
         """baseline / gated of `key` for each seed with both models (inf where the gated model has none)."""
@@ -129,13 +130,17 @@ def table(pts: list[Point]) -> list[str]:
 def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each seed a dot, the paper's ratio dashed"):
     """Three panels, one per measure: the baseline / gated ratio at every setting (x: the settings in order, each
     seed a dot, headwise and elementwise side by side, the median a bar), a gated model with no sink head drawn at
-    the top, and the paper's ratio (Table 4) as a dashed line where the paper reports one."""
+    the top, and the paper's ratio (Table 4) as a dashed line where the paper reports one. A fourth panel: along
+    training, the tracker's baseline / elementwise ratios (F-Attn above uniform, M-Act) against tokens seen, a line
+    per seed of each setting whose rows kept their tracker: every shorter length of a run, for free."""
     import matplotlib.pyplot as plt
 
     from ..plots import COLORS
+    from ..plots._style import log_ticks
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
-    for ax, (key, label) in zip(axes, MEASURES.items(), strict=True):
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8), layout="constrained")
+    _along_training(axes[3], pts)
+    for ax, (key, label) in zip(axes[:3], MEASURES.items(), strict=True):
         top = 1.0
         for i, g in enumerate(GATED):
             for x, p in enumerate(pts):
@@ -156,10 +161,30 @@ def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each s
         ax.set_yscale("log")
         ax.set_xticks(range(len(pts)), [p.name for p in pts], rotation=30)
         ax.set(title=label, ylabel="baseline / gated")
+    for ax in axes:
+        log_ticks(ax)
     axes[0].legend(fontsize=7)
     fig.suptitle(title)
     plt.close(fig)
     return fig
+
+
+TRACKED_SHOWN = {"f_attn_excess": "-", "m_act": ":"}  # the along-training panel's measures and their line styles
+
+
+def _along_training(ax, pts: list[Point]) -> None:
+    for i, p in enumerate(q for q in pts if any(r.get("tracker") for r in q.rows())):
+        for seed, rows in sorted(p.seeds.items()):
+            for key, style in TRACKED_SHOWN.items():
+                got = tracked(list(rows.values()), key)
+                if got:
+                    ax.plot([t / 1e6 for t, _ in got], [x for _, x in got], style, color=f"C{i}", lw=1,
+                            label=f"{p.name} seed {seed}, {MEASURES[key]}")
+    ax.axhline(1, color="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.set(title="along training (tracker, 8 windows)", xlabel="tokens seen (M)", ylabel="baseline / elementwise")
+    if ax.lines[1:]:
+        ax.legend(fontsize=6)
 
 
 def tracked(rows: list[dict], key: str) -> list[tuple[int, float]]:

@@ -39,7 +39,7 @@ def _plain(value: float, _pos=None) -> str:
     return f"{value:,.6g}" if 1e-3 <= value < 1e5 else f"{value:.0e}"
 
 
-def _log_ticks(ax, axis: str = "y"):
+def log_ticks(ax, axis: str = "y"):
     """Readable ticks on a log axis (call after plotting): plain numbers, and within three decades the
     1-2-5 steps (100, 200, 500; finer within one decade) instead of bare powers of ten."""
     a = ax.yaxis if axis == "y" else ax.xaxis

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import LogNorm
 
-from ._style import COLORS, _color, _finish, _integer_ticks, _log_ticks
+from ._style import COLORS, _color, _finish, _integer_ticks, log_ticks
 
 
 def gate_distribution(scores: dict, bins: int = 20, title: str = "Distribution of gate scores"):
@@ -206,7 +206,7 @@ def sweep_curve(results: dict, title: str = "All gates fixed to one constant"):
         if ref in results:
             ax.axhline(results[ref].ppl, color=style[0], ls=style[1:], label=f"{ref}: {results[ref].ppl:.4g}")
     ax.set(xlabel="gate value", ylabel="perplexity", yscale="log", title=title)
-    _log_ticks(ax)
+    log_ticks(ax)
     return _finish(fig, ax)
 
 
@@ -224,7 +224,7 @@ def layer_ablation(results: dict, title: str = "One layer's gates forced open or
         ax.axhline(results["learned"].ppl, color="g", ls="--", label=f"learned: {results['learned'].ppl:.4g}")
     ax.set(xlabel="layer", ylabel="perplexity", yscale="log", title=title)
     ax.set_xticks(layers)
-    _log_ticks(ax)
+    log_ticks(ax)
     return _finish(fig, ax)
 
 

@@ -10,7 +10,7 @@ import torch
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from ._style import _color, _finish, _integer_ticks, _log_ticks, _plain, _wrap
+from ._style import _color, _finish, _integer_ticks, log_ticks, _plain, _wrap
 
 
 def attention_maps(patterns: dict, tokens: list[str] | None = None, head: int | str = "mean",
@@ -122,7 +122,7 @@ def m_act_per_layer(acts: dict, title: str = "Largest residual activation per la
                 label=f"{name}: M-Act {a.m_act:.1f}, peak {a.peak:.0f}")
     ax.set(xlabel="layer", ylabel="max |residual value|", yscale="log", title=title)
     ax.set_xticks(range(max(len(a.max_abs) for a in acts.values())))
-    _log_ticks(ax)
+    log_ticks(ax)
     return _finish(fig, ax)
 
 

@@ -112,6 +112,8 @@ def test_the_estimate_times_a_few_steps_of_each_model():
     torch.manual_seed(0)
     minutes = Grow(preset="ci", steps=600).estimate(steps=1, warmup=1)
     assert list(minutes) == ["baseline", "headwise", "elementwise"] and all(0 < m < 60 for m in minutes.values())
+    with pytest.raises(ValueError, match="--set nope=...: no such ModelConfig or TrainConfig field"):
+        Grow(preset="ci", sets={"nope": 1}).estimate(steps=1, warmup=1)  # the runs' own configs, --set included
 
 
 def _alive(pid: int) -> bool:

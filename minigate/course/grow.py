@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from .. import measure
-from ..presets import NAMES, PRESETS, VARIANTS, model_config
+from ..presets import NAMES, PRESETS, VARIANTS
 from ..runfolder import RunLock, lock_holder
 from .grow_view import GrowView
 
@@ -289,27 +289,29 @@ class Grow(GrowView):
         return "\n".join(lines)
 
     def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
-        """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, timed
-        in this process (the first steps allocate, and bf16 kernels are built on first use: left out), the median
-        step times the recipe's steps. Evaluations and the tracker add a few percent. About half a minute on a CPU;
-        run it before the models train, not beside them."""
+        """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, with
+        the configs its run will have (the recipe and this Grow's `sets`: its precision, and torch.compile where the
+        recipe compiles), timed in this process; the warmup steps (allocation, bf16 kernels and the compile built on
+        first use) are left out, and the median step times the recipe's steps. Evaluations and the tracker add a few
+        percent. About half a minute on a CPU; run it before the models train, not beside them."""
         from ..model import Transformer
+        from ..run import configs
         from ..train import train  # the library's trainer, as the runs use it
 
-        train_cfg = PRESETS[self.preset].train
-        n, total = self.steps or train_cfg.steps, warmup + steps
-        timed = dataclasses.replace(train_cfg, steps=total, eval_every=total, eval_batches=1, ckpt_every=0,
-                                    ckpt_minutes=0, warmup_steps=1, compile=False,
-                                    **({"device": device} if device else {}))
-        tokens = train_cfg.batch_size * train_cfg.seq_len * train_cfg.grad_accum
-        row = train_cfg.batch_size * (train_cfg.seq_len + 1)  # the tokens of one batch
         minutes = {}
         for variant in VARIANTS:
+            model_cfg, train_cfg = configs(self.preset, variant, sets={k: str(v) for k, v in self.sets.items()},
+                                           steps=self.steps)
+            total = warmup + steps
+            timed = dataclasses.replace(train_cfg, steps=total, eval_every=total, eval_batches=1, ckpt_every=0,
+                                        ckpt_minutes=0, warmup_steps=1, **({"device": device} if device else {}))
+            row = train_cfg.batch_size * (train_cfg.seq_len + 1)  # the tokens of one batch
             torch.manual_seed(self.seed)
-            model = Transformer(model_config(self.preset, variant))
-            ids = torch.randint(0, model.cfg.vocab_size, (row * (total + 1),))
+            model = Transformer(model_cfg)
+            ids = torch.randint(0, model_cfg.vocab_size, (row * (total + 1),))
             h = train(model, ids, ids[: row * 2], timed, progress=False)
-            minutes[NAMES[variant]] = n * tokens / statistics.median(h.tokens_per_s[warmup:]) / 60
+            tokens = train_cfg.batch_size * train_cfg.seq_len * train_cfg.grad_accum  # per step
+            minutes[NAMES[variant]] = train_cfg.steps * tokens / statistics.median(h.tokens_per_s[warmup:]) / 60
         return minutes
 
 

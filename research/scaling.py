@@ -73,22 +73,30 @@ def cpu_name() -> str:
 
 
 def train(point: str, seed: int, variant: str, threads: int) -> int:
-    """One run, to the end (resumed where a checkpoint is). The wall seconds of each invocation add up in wall_s."""
+    """One run, to the end (resumed where a checkpoint is). The wall seconds of each invocation add up in wall_s,
+    written every minute while it trains: an invocation that ends with the machine still counts up to its last
+    minute."""
     out = folder(point, seed, variant)
     sets = {**POINTS[point][1], **TRAIN, "seed": seed}
     cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", "code", "--variant", variant, "--out", str(out),
            "--threads", str(threads), "--quiet"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with open(out.parent / f"{NAMES[variant]}.log", "a") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     side = sidecar(point, seed, variant)
     done = json.loads(side.read_text()) if side.is_file() else {"wall_s": 0.0, "cpus": []}
-    done["wall_s"] += time.time() - t0
+    before, t0 = done["wall_s"], time.time()
     done["cpus"] = sorted(set(done["cpus"]) | {cpu_name()})
-    side.write_text(json.dumps(done))
-    return rc
+    with open(out.parent / f"{NAMES[variant]}.log", "a") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                rc = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                rc = None
+            done["wall_s"] = before + time.time() - t0
+            side.write_text(json.dumps(done))
+            if rc is not None:
+                return rc
 
 
 def sidecar(point: str, seed: int, variant: str) -> Path:

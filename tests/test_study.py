@@ -69,6 +69,11 @@ def test_points_ratios_and_the_table(crafted):
     lines = scaling.table(pts)
     row = next(line for line in lines if line.startswith("2x") and "elementwise" in line)
     assert "2.0x (2.0-inf)" not in row and "inf" in row and "3.0x (2.0-4.0)" in row and " 10" in row  # 600 s
+    assert lines[0].split()[7:10] == ["F-Attn", "excess", "raw"] and "-" in row.split()  # crafted: no raw F-Attn
+    code = next(line for line in lines if line.startswith("code ") and "elementwise" in line)
+    raw = [r["f_attn"] / next(x for x in pts[0].seeds[r["seed"]].values() if x["variant"] == "elementwise")["f_attn"]
+           for r in pts[0].rows() if r["variant"] == "none"]
+    assert f"{sorted(raw)[1]:.1f}x ({min(raw):.1f}-{max(raw):.1f})" in code  # the recipe's seeds: raw, as the paper
     assert not any(line.startswith("2x") and "headwise" in line for line in lines)
     assert scaling.tracked(list(pts[1].seeds[0].values()), "m_act") == [(s * 4096, 4.0) for s in (500, 1000, 2000)]
 

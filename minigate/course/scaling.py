@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..measure import Measurement, ratios
 from ..model import Transformer
 from ..presets import PRESETS, model_config
 from ..pretrained import SHIPPED_DIR
@@ -57,8 +58,8 @@ class Point:
         out = []
         for rows in self.seeds.values():
             if "none" in rows and gated in rows and key in rows["none"] and key in rows[gated]:
-                b, g = rows["none"][key], rows[gated][key]
-                out.append(b / g if g > 0 else math.inf)
+                pair = {v: Measurement.from_record(rows[v]) for v in ("none", gated)}
+                out.append(ratios(pair, keys=(key,))[gated][key])  # the course's one baseline / gated
         return out
 
 

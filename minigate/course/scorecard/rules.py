@@ -35,7 +35,7 @@ SOURCES = {  # where a claim comes from; the printout and the figure keep them a
     "reported": "reported: a third-party analysis of the released 1B models (not the paper's; not checked here)",
     "course": "the course's tests of what the paper implies (the paper did not measure them)",
 }
-EXCESS_MIN = 0.03  # F-Attn above uniform below this: no sink to remove (measure.bar's line for a baseline)
+EXCESS_MIN = 0.03  # F-Attn above uniform below this: no sink to remove (scripts/ship.py's bar too)
 BOS_BAR = 2.0  # the course's bar for "no need for a sink": <bos> costs a gated twin at most half the baseline's
 
 

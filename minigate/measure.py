@@ -166,10 +166,15 @@ def shipped_rows(preset: str, shipped: Path = SHIPPED_DIR) -> dict[str, Measurem
 def ratios(rows: dict, keys=("f_attn_excess", "m_act")) -> dict:
     """{gated variant: {key: x}}: how many times smaller than the baseline's each gated model's numbers are (rows keyed
     by variant; by default F-Attn's excess over uniform and M-Act, the ratios the course states): baseline / gated,
-    inf where the gated model's is 0."""
+    inf where the gated model's is 0, nan where the baseline's is 0 too (no symptom: nothing to remove)."""
     b = rows["none"]
-    return {v: {k: getattr(b, k) / getattr(r, k) if getattr(r, k) > 0 else math.inf for k in keys}
-            for v, r in rows.items() if v != "none"}
+    return {v: {k: _ratio(getattr(b, k), getattr(r, k)) for k in keys} for v, r in rows.items() if v != "none"}
+
+
+def _ratio(baseline: float, gated: float) -> float:
+    if gated > 0:
+        return baseline / gated
+    return math.inf if baseline > 0 else math.nan
 
 
 # ── a recipe's seeds (data/seeds/<preset>.json, written by scripts/seeds.py) ─────────────────────────────────────

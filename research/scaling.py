@@ -3,7 +3,7 @@ model measured as the shipped ones are (measure.measure_folder: 75 held-out Wiki
 T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code.json's.
 
     python research/scaling.py plan                 # every point, seed and variant, and what is done
-    python research/scaling.py run [--only 2x]      # train and measure what is missing, in the queue's order
+    python research/scaling.py run [--only 2x] [--seeds 1]  # train and measure what is missing, in the queue's order
     python research/scaling.py measure              # measure the finished runs again, rewrite the JSON files
 
 Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides, into
@@ -145,12 +145,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("plan", "run", "measure"))
     ap.add_argument("--only", nargs="*", help="points to take (default: the whole queue)")
+    ap.add_argument("--seeds", nargs="*", type=int, help="seeds to take (default: all); two processes at one thread "
+                    "each take different points or seeds")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    queue = [(p, s, v) for p, s, vs in QUEUE for v in vs if not args.only or p in args.only]
+    queue = [(p, s, v) for p, s, vs in QUEUE for v in vs
+             if (not args.only or p in args.only) and (args.seeds is None or s in args.seeds)]
     if args.what == "plan":
         for p, s, v in queue:
             state = "done" if finished(folder(p, s, v)) else "resumable" if (

@@ -3,6 +3,7 @@ check of every number it stores, the ratios the course states, a recipe's seeds;
 one-pass record. (The bar every shipped trio meets is the release's: tests/test_release.py.)"""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -84,6 +85,17 @@ def test_ratios_are_baseline_over_gated_for_each_gated_variant():
     assert set(got) == {"headwise", "elementwise"}
     assert got["headwise"] == pytest.approx({"f_attn_excess": 3.0, "m_act": 2.0})
     assert got["elementwise"] == pytest.approx({"f_attn_excess": 4.0, "m_act": 3.0})
+
+
+def test_a_ratio_with_nothing_to_remove_is_nan_and_one_with_nothing_left_is_inf():
+    """A gated model with no sink head left under a baseline with some: inf; a baseline with none: nan (no symptom,
+    so no ratio), not inf (the gate removed nothing)."""
+    got = measure.ratios({"none": row(0.06, 60, 2.0, sink_heads=3), "elementwise": row(0.02, 30, 2.0, sink_heads=0)},
+                         keys=("sink_heads_64",))
+    assert got["elementwise"]["sink_heads_64"] == math.inf
+    got = measure.ratios({"none": row(0.06, 60, 2.0, sink_heads=0), "elementwise": row(0.02, 30, 2.0, sink_heads=0)},
+                         keys=("sink_heads_64", "m_act"))
+    assert math.isnan(got["elementwise"]["sink_heads_64"]) and got["elementwise"]["m_act"] == 2.0
 
 
 def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tmp_path, prose):

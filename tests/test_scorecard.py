@@ -13,6 +13,7 @@ import torch
 from minigate import measure
 from minigate.analysis import published_measures
 from minigate.course import ROOT
+from minigate.course import scaling
 from minigate.course import scorecard as sc
 from minigate.course.published import REPORTED_CLOSED
 
@@ -201,6 +202,15 @@ def test_seed_entries_take_the_range_over_the_seeds():
     assert all(not x.fragile for x in e.values() if x.verdict != "within noise")
 
 
+def test_seed_entries_take_a_pair_where_a_setting_trained_no_headwise_model():
+    """A study point with a baseline and an elementwise model only (4x, l): one twin per claim; one seed is fragile."""
+    pair = rows(none=(0.9, 0.8, 4, 5000.0), elementwise=(0.1, 0.05, 1, 500.0))
+    e = {x.claim: x for x in sc.seed_entries("s", {0: pair, 1: {"none": pair["none"]}}, "4x: longer")}
+    assert e["m_act"].value == "5000 -> 500: 10.0x [10.0, 10.0] (1 seed; 4x: longer)"
+    assert e["sink heads"].value == "4 -> 1 of 8; baseline - gated [3, 3] (1 seed; 4x: longer)"
+    assert all("one model" in x.fragile for x in e.values())
+
+
 def crafted_windows(shares, maxima, n=40, seed=0):
     """Windows of n rows whose per-head shares scatter a little around `shares` (layer, head)."""
     g = torch.Generator().manual_seed(seed)
@@ -306,6 +316,10 @@ def test_the_scorecard_states_the_stored_measurements(card):
         ratios = [s[g].f_attn and s["none"].f_attn / s[g].f_attn for s in seeds.values() for g in ("headwise",)]
         assert f"raw {ratios[0]:.1f}x [{min(ratios):.1f}, {max(ratios):.1f}]" in e["f_attn", setting].value
         assert all(e[c, setting].evidence.models == len(seeds) for c in ("sink heads", "f_attn", "m_act"))
+    study = scaling.largest(scaling.points())  # the study's setting with the largest effect, its seeds as stored
+    assert e["m_act", "study"].value.endswith(f"; {study.name}: {study.about})")
+    variants = set().union(*study.seeds.values())  # a trio, or a baseline and elementwise pair
+    assert e["m_act", "study"].evidence.models == sum(set(r) == variants for r in study.seeds.values())
     stored = measure.shipped_rows("code-moe")
     assert e["m_act", "code-moe"].value.startswith(f"{stored['none'].m_act:.0f} -> {stored['elementwise'].m_act:.0f}")
     assert {x.setting for x in card} == set(sc.SETTINGS) and {x.claim for x in card} == set(sc.CLAIMS)

@@ -42,9 +42,17 @@ def test_every_study_row_is_well_formed_and_measured_as_the_shipped_models(path)
 def _row(point, seed, variant, sink, excess, m_act, loss=2.0):
     return {"point": point, "seed": seed, "variant": variant, "sink_rate_64": sink, "f_attn_excess": excess,
             "m_act": m_act, "val_loss_code": loss, "params": 1377664, "tokens": 32768000, "steps": 8000,
-            "wall_s": 600,
+            "wall_s": 700, "train_s": 600,
             "tracker": [{"step": s, "sink_rate_64": sink, "f_attn_excess": excess, "m_act": m_act * s / 2000}
                         for s in (500, 1000, 2000)]}
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 @pytest.fixture
@@ -100,3 +108,53 @@ def test_the_along_training_panel_draws_each_seeds_tracker_ratios_against_tokens
     assert list(m_act.get_xdata()) == [s * 4096 / 1e6 for s in (500, 1000, 2000)]
     assert list(m_act.get_ydata()) == [4.0, 4.0, 4.0] and m_act.get_linestyle() == ":"
     assert list(drawn["2x seed 1, F-Attn above uniform"].get_ydata()) == [4.0] * 3  # 0.08 / 0.02
+
+
+def _add(data, doc, point, about, trios):
+    """Write data/study/<doc>.json with `point`'s seeds: trios [(baseline values, elementwise values)]."""
+    rows = [_row(point, s, v, *vals) for s, (b, e) in enumerate(trios) for v, vals in (("none", b), ("elementwise", e))]
+    (data / "study" / f"{doc}.json").write_text(json.dumps({"points": {point: {"about": about}}, "rows": rows}))
+
+
+def test_a_seed_whose_baseline_has_no_sink_head_gives_no_ratio_and_the_table_says_so(crafted):
+    """Seed 1: neither model has a sink head (no ratio, not inf); seed 2: only the gated one has (a ratio of 0)."""
+    _add(crafted, "size", "xs", "smaller", [((0.25, 0.02, 10), (0.125, 0.01, 5)), ((0.0, 0.02, 10), (0.0, 0.01, 5)),
+                                            ((0.0, 0.02, 10), (0.0625, 0.01, 5))])
+    pts = scaling.points(crafted)
+    xs = next(p for p in pts if p.name == "xs")
+    assert xs.paired("elementwise") == 3 and xs.ratios("elementwise", "sink_rate_64") == [2.0, 0.0]  # no inf
+    lines = scaling.table(pts)
+    row = next(line for line in lines if line.startswith("xs"))
+    assert "1.0x (0.0-2.0) 2/3" in row and "2.0x (2.0-2.0)" in row  # sink heads: two seeds of three; excess: all
+    assert lines[-1] == scaling.FEWER
+    sinks = scaling.figure(pts).axes[0]
+    assert [t.get_text() for t in sinks.texts].count("baseline none") == 1  # xs elementwise, off the log axis
+
+
+def test_the_largest_effect_is_the_study_setting_with_the_greatest_mean_log_ratio(crafted):
+    """The crafted 2x (sink heads 2x and all gone, excess 5x and 4x, M-Act 4x and 2x) against a 0.5M point at 2x on
+    every measure: 2x is the larger; the recipes on the scorecard (code, code-gpu) are never chosen."""
+    _add(crafted, "size", "xs", "smaller", [((0.25, 0.02, 10), (0.125, 0.01, 5))] * 2)
+    pts = scaling.points(crafted)
+    assert scaling.largest(pts).name == "2x"
+    assert scaling.largest([p for p in pts if p.name != "2x"]).name == "xs"
+    assert scaling.largest([p for p in pts if p.name in scaling.ON_THE_CARD]) is None
+    assert scaling.largest(scaling.points()).name in {p.name for p in scaling.points()} - set(scaling.ON_THE_CARD)
+
+
+def test_the_bar_needs_five_times_on_every_measure_in_three_seeds_at_no_worse_loss(crafted):
+    """The crafted 2x has two seeds: short of three whatever its ratios; three seeds of 6x pass, unless one measure
+    falls short in one seed or a gated loss is worse than its baseline's."""
+    def point(trios, worse=False):
+        _add(crafted, "longer", "4x", "longer", trios)
+        if worse:
+            doc = json.loads((crafted / "study" / "longer.json").read_text())
+            doc["rows"][1]["val_loss_code"] = 2.1  # seed 0's elementwise model ends above its baseline's 2.0
+            (crafted / "study" / "longer.json").write_text(json.dumps(doc))
+        return next(p for p in scaling.points(crafted) if p.name == "4x")
+
+    assert not scaling.meets_bar(next(p for p in scaling.points(crafted) if p.name == "2x"))
+    six = ((0.6, 0.06, 60), (0.1, 0.01, 10))
+    assert scaling.meets_bar(point([six] * 3)) and not scaling.meets_bar(point([six] * 2))
+    assert not scaling.meets_bar(point([six, six, ((0.6, 0.06, 60), (0.1, 0.01, 15))]))  # M-Act 4x in one seed
+    assert not scaling.meets_bar(point([six] * 3, worse=True))

@@ -4,6 +4,8 @@ how far each is from the paper's gap (lesson 08).
     pts = points()          # the settings measured, each with its seeds' rows (data/study, data/seeds)
     print("\n".join(table(pts)))
     figure(pts)             # each measure's baseline / gated ratio per setting, with the paper's as a line
+    largest(pts)            # the study's setting with the largest effect: the scorecard's `study` column
+    meets_bar(p)            # could it replace the recipe? 5x on every measure in 3 of 3 seeds, at no worse loss
 
 Where the rows come from: `research/scaling.py` trains and measures the study's points into data/study/<axis>.json;
 the recipe itself (`code`) is data/seeds/code.json, its GPU twin (`code-gpu`) data/seeds/code-gpu.json. Every model is
@@ -53,13 +55,20 @@ class Point:
         got = sorted((r["variant"] != "none", r[key]) for r in self.rows() if r.get(key) is not None)
         return got[0][1] if got else None
 
+    def paired(self, gated: str) -> int:
+        """How many seeds have the baseline and `gated`."""
+        return sum("none" in rows and gated in rows for rows in self.seeds.values())
+
     def ratios(self, gated: str, key: str) -> list[float]:
-        """baseline / gated of `key` for each seed with both models (inf where the gated model has none)."""
+        """baseline / gated of `key` for each seed with both models (inf where the gated model has none left; a seed
+        whose baseline has none either gives no ratio: nothing to remove)."""
         out = []
         for rows in self.seeds.values():
             if "none" in rows and gated in rows and key in rows["none"] and key in rows[gated]:
                 pair = {v: Measurement.from_record(rows[v]) for v in ("none", gated)}
-                out.append(ratios(pair, keys=(key,))[gated][key])  # the course's one baseline / gated
+                x = ratios(pair, keys=(key,))[gated][key]  # the course's one baseline / gated
+                if not math.isnan(x):
+                    out.append(x)
         return out
 
 
@@ -104,41 +113,81 @@ def _tokens(p: Point) -> float:
     return p.value("tokens")
 
 
-def _span(xs: list[float]) -> str:
+def _span(xs: list[float], n: int) -> str:
+    """The median and range of `xs`, ratios over n seeds; "a/n" where only a of them give one."""
     if not xs:
         return "-"
     lo, hi = min(xs), max(xs)
     fmt = lambda x: "inf" if math.isinf(x) else f"{x:.1f}"  # noqa: E731
-    return f"{fmt(statistics.median(xs))}x ({fmt(lo)}-{fmt(hi)})" if len(xs) > 1 else f"{fmt(xs[0])}x"
+    got = f"{fmt(statistics.median(xs))}x ({fmt(lo)}-{fmt(hi)})" if len(xs) > 1 else f"{fmt(xs[0])}x"
+    return got + (f" {len(xs)}/{n}" if len(xs) < n else "")
+
+
+FEWER = ("a/n: a ratio in a of the n seeds; in the others the baseline has none either (at T=64: no sink head), "
+         "nothing to remove")
 
 
 def table(pts: list[Point]) -> list[str]:
     """One line per setting and gate: parameters, tokens, seeds, each measure's baseline / gated ratio (median over
     the seeds and their range; F-Attn both above uniform, as the course measures it, and raw, as the paper reports
-    it), the validation losses and the mean wall time per model where recorded."""
-    lines = [f"{'setting':9s} {'params':>6s} {'tokens':>6s} {'gate':11s} {'seeds':>5s} {'sink heads':>17s} "
-             f"{'F-Attn excess':>17s} {'raw F-Attn':>17s} {'M-Act':>17s} {'loss b -> g':>13s} {'min/model':>9s}"]
+    it), the validation losses and the mean training time per model where recorded (train_s: from the run's own
+    tokens/s, so time a stopped run's machine sat idle does not count); a line on a/n ratios (FEWER) where
+    some seed's baseline has nothing for the gate to remove."""
+    lines = [f"{'setting':9s} {'params':>6s} {'tokens':>6s} {'gate':11s} {'seeds':>5s} {'sink heads':>19s} "
+             f"{'F-Attn excess':>19s} {'raw F-Attn':>19s} {'M-Act':>19s} {'loss b -> g':>13s} {'min/model':>9s}"]
+    fewer = False
     for p in pts:
         for g in GATED:
-            n = len(p.ratios(g, "m_act"))
+            n = p.paired(g)
             if not n:
                 continue
             losses = [(rows["none"]["val_loss_code"], rows[g]["val_loss_code"]) for rows in p.seeds.values()
                       if "none" in rows and g in rows]
-            walls = [r["wall_s"] / 60 for r in p.rows() if r.get("wall_s")]
+            walls = [r["train_s"] / 60 for r in p.rows() if r.get("train_s")]
+            spans = [_span(p.ratios(g, k), n) for k in TABLED]
+            fewer |= any(x.endswith(f"/{n}") for x in spans)
             lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
-                         + " ".join(f"{_span(p.ratios(g, k)):>17s}" for k in TABLED)
+                         + " ".join(f"{x:>19s}" for x in spans)
                          + f" {statistics.mean(b for b, _ in losses):6.3f}>{statistics.mean(x for _, x in losses):.3f}"
                          + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}"))
-    return lines
+    return lines + ([FEWER] if fewer else [])
+
+
+BAR = 5.0  # the study's bar for a new recipe (issue 46): 5x on every measure, in each of BAR_SEEDS seeds
+BAR_SEEDS = 3
+
+
+def meets_bar(p: Point, gated: str = "elementwise") -> bool:
+    """Whether a setting could replace the recipe: in at least BAR_SEEDS seeds, and in every seed measured, `gated`
+    cuts each of MEASURES at least BAR times (F-Attn above uniform), at a validation loss no worse than the
+    baseline's."""
+    pairs = [rows for rows in p.seeds.values() if "none" in rows and gated in rows]
+    return len(pairs) >= BAR_SEEDS and all(min(p.ratios(gated, k) or [0.0]) >= BAR for k in MEASURES) and all(
+        rows[gated]["val_loss_code"] <= rows["none"]["val_loss_code"] for rows in pairs)
+
+
+ON_THE_CARD = ("code", "code-gpu")  # the recipes the scorecard has its own settings for
+
+
+def largest(pts: list[Point], gated: str = "elementwise") -> Point | None:
+    """The study's setting where the gate's effect is largest: the greatest geometric mean, over the three measures,
+    of the median baseline / `gated` ratio over seeds (a mean of log-ratios; every measure counts, as in the 5x bar).
+    The recipes the scorecard already has are left out; None when no other setting has a measured pair."""
+    def size(p: Point) -> float:
+        meds = [statistics.median(xs) if (xs := p.ratios(gated, k)) else math.nan for k in MEASURES]
+        return math.exp(statistics.mean(math.log(x) for x in meds)) if all(x > 0 for x in meds) else -math.inf
+
+    found = [p for p in pts if p.name not in ON_THE_CARD and p.paired(gated) and size(p) > -math.inf]
+    return max(found, key=size, default=None)
 
 
 def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each seed a dot, the paper's ratio dashed"):
     """Three panels, one per measure: the baseline / gated ratio at every setting (x: the settings in order, each
-    seed a dot, headwise and elementwise side by side, the median a bar), a gated model with no sink head drawn at
-    the top, and the paper's ratio (Table 4) as a dashed line where the paper reports one. A fourth panel: along
-    training, the tracker's baseline / elementwise ratios (F-Attn above uniform, M-Act) against tokens seen, a line
-    per seed of each setting whose rows kept their tracker: every shorter length of a run, for free."""
+    seed a dot, headwise and elementwise side by side, the median a bar), a gated model with no sink head left
+    marked at the top, one whose baseline has none (a ratio of 0) at the bottom, and the paper's ratio (Table 4) as
+    a dashed line where the paper reports one. A fourth panel: along training, the tracker's baseline / elementwise
+    ratios (F-Attn above uniform, M-Act) against tokens seen, a line per seed of each setting whose rows kept their
+    tracker: every shorter length of a run, for free."""
     import matplotlib.pyplot as plt
 
     from ..plots import COLORS
@@ -151,14 +200,15 @@ def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each s
         for i, g in enumerate(GATED):
             for x, p in enumerate(pts):
                 rs = p.ratios(g, key)
-                finite = [r for r in rs if math.isfinite(r)]
+                finite = [r for r in rs if math.isfinite(r) and r > 0]
                 top = max([top, *finite])
                 xs = x + (i - 0.5) * 0.25
                 ax.scatter([xs] * len(finite), finite, s=14, color=COLORS[g], alpha=0.7,
                            label=g if x == 0 else None)
-                if len(finite) < len(rs):
-                    ax.annotate("none left", (xs, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                                ha="center", va="top", color=COLORS[g])
+                for where, text, n in ((1, "none left", sum(map(math.isinf, rs))), (0, "baseline none", rs.count(0))):
+                    if n:  # off the log axis: the gated model has no sink head left, or the baseline has none
+                        ax.annotate(text, (xs, where), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                                    ha="center", va="top" if where else "bottom", color=COLORS[g])
                 if rs:
                     ax.hlines(statistics.median(rs) if finite else top, xs - 0.1, xs + 0.1, color=COLORS[g], lw=2)
             if key in PAPER_RATIOS:
@@ -170,8 +220,8 @@ def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each s
     for ax in axes:
         log_ticks(ax)
     axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)  # with the paper's lines
     fig.suptitle(title)
-    plt.close(fig)
     return fig
 
 

@@ -8,9 +8,10 @@ verdict, the rule that gave it, and whether it is fragile.
 Every claim has one `Rule`: the text printed beside its verdicts and the function that gives them, one object, so the
 rule a reader sees is the rule the code applies (rules.py). A rule judges `Evidence`: for each gated twin, an interval
 of the gate's effect (baseline / gated, above 1 when the gate lowered the number; or baseline minus gated). The
-interval is the range over seeds where the setting has several (the code recipes: data/seeds/*.json), else a 95%
-bootstrap over its windows, rows or chunks (one model per variant: the MoE pair, the copy and induction trios, the
-overrides, lesson 08's runs; M-Act, a maximum, over random halves of the windows instead). The verdicts:
+interval is the range over seeds where the setting has several (the code recipes: data/seeds/*.json; the study's
+largest effect, `study`: data/study), else a 95% bootstrap over its windows, rows or chunks (one model per variant:
+the MoE pair, the copy and induction trios, the overrides, lesson 08's runs; M-Act, a maximum, over random halves of
+the windows instead). The verdicts:
 - reproduced: every gated twin changes the number at least half as much as the paper's models do (the rule names the
   bar), clear of the noise (the interval's low end reaches it);
 - partly: every gated twin changes it the right way, clear of the noise (the low end above no change), by less;
@@ -42,6 +43,7 @@ import textwrap
 from minigate import data, measure
 from minigate.pretrained import shipped
 
+from .. import scaling
 from ..published import REPORTED_CLOSED, TABLE_2_LR, TABLE_4, TABLE_4_RATIOS
 from .losses import LrRuns, chunk_costs, code_chunks, lr_entries, override_entries
 from .rules import (BOS_BAR, CLAIM_VERDICTS, CLAIMS, EXCESS_MIN, GATED, LEVEL, MARGIN, MIXED, N_BOOT, SOURCES,
@@ -65,6 +67,8 @@ SETTINGS = {  # key -> where and how it was measured
     "code-moe": "code-moe pair (shipped), same windows",
     "copy": "copy trio (shipped): 256 held-out rows of 64 tokens (lesson 04); 64 rows for the overrides (lesson 06)",
     "induction": "induction trio (shipped): 256 held-out rows of 64 tokens (lesson 04)",
+    "study": "the study's setting where the gate's effect was largest (course/scaling.py, `largest`): the code "
+             "recipe at another size or training length, its seeds as data/study records them, same windows",
     "lesson 08": "lesson 08's pair at lr 0.1 (baseline and elementwise), trained in the notebook",
 }
 SEED_PRESETS = {"code": "code", "code-gpu": "code-gpu"}  # setting -> data/seeds/<preset>.json
@@ -96,6 +100,10 @@ def scorecard(lr: LrRuns | None = None, device="cpu") -> list[Entry]:
     entries = paper_entries()
     for setting, preset in SEED_PRESETS.items():
         entries += seed_entries(setting, measure.seed_rows(preset))
+    study = scaling.largest(scaling.points())
+    if study is not None:
+        seeds = {s: {v: measure.Measurement.from_record(r) for v, r in rows.items()} for s, rows in study.seeds.items()}
+        entries += seed_entries("study", seeds, f"{study.name}: {study.about}")
     prose = measure.prose_windows(data.DEFAULT_TOKENIZER)
     entries += window_entries("code-moe", shipped_windows("code-moe", device, prose), f"{len(prose)} windows")
     for task in ("copy", "induction"):

@@ -67,24 +67,26 @@ def _seed_evidence(rows: dict) -> dict[str, Evidence]:
     }
 
 
-def seed_entries(setting: str, seeds: dict[int, dict]) -> list[Entry]:
+def seed_entries(setting: str, seeds: dict[int, dict], about: str = "") -> list[Entry]:
     """The sink, F-Attn and M-Act entries of a recipe over its seeds {seed: {variant: Measurement}} (those with all
-    three models, measure.complete_seeds; seed 0 first): each interval the range over the seeds, seed 0's value its
-    estimate. Sink heads at T=64 (Gu et al.), out of the model's heads."""
-    whole = list(measure.complete_seeds(seeds).values())
-    over = f"{len(whole)} seeds"
+    the variants any seed has: a trio, or a study point's baseline and elementwise pair; seed 0 first): each
+    interval the range over the seeds, seed 0's value its estimate. Sink heads at T=64 (Gu et al.), out of the
+    model's heads. `about` follows the seed count in each value: which setting this is."""
+    variants = [v for v in measure.NAMES if any(v in rows for rows in seeds.values())]
+    whole = [rows for _, rows in sorted(seeds.items()) if set(rows) == set(variants)]
+    over = f"{len(whole)} seed{'s' * (len(whole) > 1)}" + (f"; {about}" if about else "")
     ev = {claim: combine([_seed_evidence(rows)[claim] for rows in whole], over)
           for claim in ("sink heads", "f_attn", "m_act")}
     s0, n_heads = whole[0], whole[0]["none"].heads
-    heads = {v: s0[v].sink_heads_64 for v in measure.NAMES}
+    heads = {v: s0[v].sink_heads_64 for v in variants}
     excess = [measure.ratios(rows, keys=("f_attn_excess",)) for rows in whole]
-    excess = {g: Interval.over([x[g]["f_attn_excess"] for x in excess]) for g in GATED}
+    excess = {g: Interval.over([x[g]["f_attn_excess"] for x in excess]) for g in variants[1:]}
     f, m = ev["f_attn"].twins, ev["m_act"].twins
     return [
         judged("sink heads", setting, ev["sink heads"], _heads_value(heads, ev["sink heads"], n_heads, over),
                _heads_short(heads, n_heads)),
         judged("f_attn", setting, ev["f_attn"], _f_value(f, excess, over), _f_short(f)),
-        judged("m_act", setting, ev["m_act"], _m_value({v: s0[v].m_act for v in measure.NAMES}, m, over),
+        judged("m_act", setting, ev["m_act"], _m_value({v: s0[v].m_act for v in variants}, m, over),
                _x_short(m)),
     ]
 

@@ -3,6 +3,7 @@ exercises, and the build's nbgrader metadata marks every exercise and check cell
 
 import csv
 import json
+import os
 
 import nbformat
 import pytest
@@ -95,6 +96,30 @@ def test_grade_a_real_lesson_solved_and_untouched(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["first_token_excess", "passed", "not", "attempted"]
     assert out[2].split() == ["total", "1/1", "passed", "0/1", "passed"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets: Linux and macOS")
+def test_the_grading_kernel_needs_no_tcp_port():
+    """CI once lost a grading kernel to a port race (ZMQError: Address already in use: a TCP port picked free was
+    bound by a kernel nbval started meanwhile). The grading kernel's channels are Unix sockets named after it."""
+    from minigate.course.checks.grade import _kernel_manager
+
+    km, other = _kernel_manager(), _kernel_manager()
+    assert km.transport == "ipc" and os.path.isabs(km.ip) and km.ip != other.ip  # each its own, from any folder
+    assert len(km.ip) + len("-1") <= 104  # macOS's limit on a socket's path
+
+
+def test_each_notebook_s_kernel_is_shut_down_once_it_is_graded(tmp_path, monkeypatch):
+    """A class's notebooks are graded one after another: each kernel (torch loaded: hundreds of MB) ends with its
+    notebook, sockets and connection file removed, not when the grader exits."""
+    made = []
+    monkeypatch.setattr(grade, "_kernel_manager", lambda make=grade._kernel_manager: made.append(make()) or made[-1])
+    path = notebook(tmp_path / "carol.ipynb", [("g1_gate", SOLVED["g1_gate"])])
+    assert grade.grade_notebook(path, timeout=120)["g1_gate"][0] == "passed"
+    km = made[0]
+    assert not km.has_kernel and not os.path.exists(km.connection_file)
+    if km.transport == "ipc":  # its five sockets
+        assert not any(os.path.exists(f"{km.ip}-{i}") for i in range(1, 6))
 
 
 def test_a_check_cell_is_scored_from_its_outputs():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -109,7 +110,13 @@ def score_cell(cell, name: str) -> tuple[str, str]:
 
 
 def _kernel_manager():
-    """A kernel of this very Python (as nbval's --nbval-current-env does), in grading mode."""
+    """A kernel of this very Python (as nbval's --nbval-current-env does), in grading mode. Where the OS has them
+    (Linux, macOS) it talks over Unix sockets named after the kernel, at an absolute path (the kernel runs in the
+    notebook's folder) short enough for macOS's 104 characters: TCP ports are picked free and bound later, so a kernel
+    started beside others (nbval's, another grader's) can lose one and die before it starts."""
+    import tempfile
+    import uuid
+
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
 
@@ -118,7 +125,11 @@ def _kernel_manager():
             return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                               display_name="minigate grading", language="python", env={GRADING_ENV: "1"})
 
-    return AsyncKernelManager(kernel_name="minigate-grading", kernel_spec_manager=HereKernelSpecs())
+    if os.name != "posix":
+        return AsyncKernelManager(kernel_name="minigate-grading", kernel_spec_manager=HereKernelSpecs())
+    name = os.path.join(tempfile.gettempdir(), f"minigate-grading-{uuid.uuid4().hex[:12]}")
+    return AsyncKernelManager(kernel_name="minigate-grading", kernel_spec_manager=HereKernelSpecs(), transport="ipc",
+                              connection_file=name + ".json", ip=name + "-ipc")
 
 
 def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]:
@@ -131,7 +142,7 @@ def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]
                             resources={"metadata": {"path": str(Path(path).parent.resolve())}})
     problem = None
     try:
-        client.execute()
+        client.execute(cleanup_kc=True)  # shut the kernel down now (and its sockets): a class's notebooks one by one
     except DeadKernelError as e:  # the cells after the one that killed the kernel did not run
         problem = f"the kernel died: {e}".splitlines()[0]
     lesson = lesson_of(path, nb)

@@ -55,16 +55,20 @@ class Point:
         got = sorted((r["variant"] != "none", r[key]) for r in self.rows() if r.get(key) is not None)
         return got[0][1] if got else None
 
+    def pairs(self, gated: str) -> list[dict[str, dict]]:
+        """The rows {variant: row} of each seed that has the baseline and `gated`."""
+        return [rows for rows in self.seeds.values() if "none" in rows and gated in rows]
+
     def paired(self, gated: str) -> int:
         """How many seeds have the baseline and `gated`."""
-        return sum("none" in rows and gated in rows for rows in self.seeds.values())
+        return len(self.pairs(gated))
 
     def ratios(self, gated: str, key: str) -> list[float]:
         """baseline / gated of `key` for each seed with both models (inf where the gated model has none left; a seed
         whose baseline has none either gives no ratio: nothing to remove)."""
         out = []
-        for rows in self.seeds.values():
-            if "none" in rows and gated in rows and key in rows["none"] and key in rows[gated]:
+        for rows in self.pairs(gated):
+            if key in rows["none"] and key in rows[gated]:
                 pair = {v: Measurement.from_record(rows[v]) for v in ("none", gated)}
                 x = ratios(pair, keys=(key,))[gated][key]  # the course's one baseline / gated
                 if not math.isnan(x):
@@ -141,11 +145,10 @@ def table(pts: list[Point]) -> list[str]:
             n = p.paired(g)
             if not n:
                 continue
-            losses = [(rows["none"]["val_loss_code"], rows[g]["val_loss_code"]) for rows in p.seeds.values()
-                      if "none" in rows and g in rows]
+            losses = [(rows["none"]["val_loss_code"], rows[g]["val_loss_code"]) for rows in p.pairs(g)]
             walls = [r["train_s"] / 60 for r in p.rows() if r.get("train_s")]
             spans = [_span(p.ratios(g, k), n) for k in TABLED]
-            fewer |= any(x.endswith(f"/{n}") for x in spans)
+            fewer |= any(0 < len(p.ratios(g, k)) < n for k in TABLED)  # as _span marks them
             lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
                          + " ".join(f"{x:>19s}" for x in spans)
                          + f" {statistics.mean(b for b, _ in losses):6.3f}>{statistics.mean(x for _, x in losses):.3f}"
@@ -161,7 +164,7 @@ def meets_bar(p: Point, gated: str = "elementwise") -> bool:
     """Whether a setting could replace the recipe: in at least BAR_SEEDS seeds, and in every seed measured, `gated`
     cuts each of MEASURES at least BAR times (F-Attn above uniform), at a validation loss no worse than the
     baseline's."""
-    pairs = [rows for rows in p.seeds.values() if "none" in rows and gated in rows]
+    pairs = p.pairs(gated)
     return len(pairs) >= BAR_SEEDS and all(min(p.ratios(gated, k) or [0.0]) >= BAR for k in MEASURES) and all(
         rows[gated]["val_loss_code"] <= rows["none"]["val_loss_code"] for rows in pairs)
 

@@ -8,8 +8,9 @@ T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code
 
 Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides, into
 runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue continues). Every run
-trains in bf16 with torch.compile on 2 threads (`python -m minigate.bench train` on a CPU with native bf16: compiled
-bf16 1.18x bf16 eager end to end over the `code` preset), on this machine's python-code corpus: a row records the
+trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16: compiled bf16 1.18x bf16
+eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran two queues at 1 thread
+each, `--seeds` or `--only` apart), on this machine's python-code corpus: a row records the
 corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
 The corpus is read from this Python's stdlib and site-packages, so installing anything (`pip install -e .` included:
 it rewrites minigate's editable finder) changes its SHA-256: a seed whose models straddle an install differs in corpus

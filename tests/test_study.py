@@ -102,12 +102,15 @@ def test_the_along_training_panel_draws_each_seeds_tracker_ratios_against_tokens
     """Two seeds of the crafted 2x point: a line per seed and measure, x in millions of tokens seen, y the tracker's
     baseline / elementwise (seed 0's M-Act: 100 / 25 at every step)."""
     ax = scaling.figure(scaling.points(crafted)).axes[3]
-    drawn = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+    drawn = {line.get_gid(): line for line in ax.lines if line.get_gid()}
     assert set(drawn) == {f"2x seed {s}, {m}" for s in (0, 1) for m in ("F-Attn above uniform", "M-Act")}
+    # the legend: one entry per setting (its colour), one per measure (its line style), not one per line
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["2x (2 seeds)", "F-Attn above uniform", "M-Act"]
     m_act = drawn["2x seed 0, M-Act"]
     assert list(m_act.get_xdata()) == [s * 4096 / 1e6 for s in (500, 1000, 2000)]
     assert list(m_act.get_ydata()) == [4.0, 4.0, 4.0] and m_act.get_linestyle() == ":"
     assert list(drawn["2x seed 1, F-Attn above uniform"].get_ydata()) == [4.0] * 3  # 0.08 / 0.02
+    assert ax.get_legend().legend_handles[0].get_color() == m_act.get_color()  # the setting's entry: its lines' colour
 
 
 def _add(data, doc, point, about, trios):

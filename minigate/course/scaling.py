@@ -232,18 +232,28 @@ TRACKED_SHOWN = {"f_attn_excess": "-", "m_act": ":"}  # the along-training panel
 
 
 def _along_training(ax, pts: list[Point]) -> None:
+    """A line per seed and measure (its gid names them: "2x seed 0, M-Act"); the legend names each setting's colour
+    and each measure's line style, not every line."""
+    from matplotlib.lines import Line2D
+
+    handles = []
     for i, p in enumerate(q for q in pts if any(r.get("tracker") for r in q.rows())):
+        seeds = 0
         for seed, rows in sorted(p.seeds.items()):
             for key, style in TRACKED_SHOWN.items():
                 got = tracked(list(rows.values()), key)
                 if got:
                     ax.plot([t / 1e6 for t, _ in got], [x for _, x in got], style, color=f"C{i}", lw=1,
-                            label=f"{p.name} seed {seed}, {MEASURES[key]}")
+                            gid=f"{p.name} seed {seed}, {MEASURES[key]}")
+            seeds += bool(tracked(list(rows.values()), "m_act"))
+        if seeds:
+            handles.append(Line2D([], [], color=f"C{i}", label=f"{p.name} ({seeds} seed{'s' * (seeds > 1)})"))
     ax.axhline(1, color="gray", lw=0.8)
     ax.set_yscale("log")
     ax.set(title="along training (tracker, 8 windows)", xlabel="tokens seen (M)", ylabel="baseline / elementwise")
-    if ax.lines[1:]:
-        ax.legend(fontsize=6)
+    if handles:
+        handles += [Line2D([], [], ls=style, color="gray", label=MEASURES[k]) for k, style in TRACKED_SHOWN.items()]
+        ax.legend(handles=handles, fontsize=7)
 
 
 def tracked(rows: list[dict], key: str) -> list[tuple[int, float]]:

@@ -98,6 +98,17 @@ def test_the_figure_has_a_panel_per_measure_and_the_papers_ratios(crafted):
     assert any(t.get_text() == "none left" for t in fig.axes[0].texts)
 
 
+def test_a_setting_whose_gated_model_is_still_training_is_in_neither_the_table_nor_the_figure(crafted):
+    """4x has its baseline only (the queue trains it first): no ratio yet, so no tick and no line."""
+    (crafted / "study" / "long.json").write_text(json.dumps(
+        {"points": {"4x": {"about": "four times the tokens"}}, "rows": [_row("4x", 0, "none", 0.375, 0.09, 139)]}))
+    pts = scaling.points(crafted)
+    assert "4x" in [p.name for p in pts] and not any(line.startswith("4x") for line in scaling.table(pts))
+    fig = scaling.figure(pts)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["code", "2x", "code-gpu"]
+    assert not any(line.get_gid().startswith("4x") for line in fig.axes[3].lines if line.get_gid())
+
+
 def test_the_along_training_panel_draws_each_seeds_tracker_ratios_against_tokens(crafted):
     """Two seeds of the crafted 2x point: a line per seed and measure, x in millions of tokens seen, y the tracker's
     baseline / elementwise (seed 0's M-Act: 100 / 25 at every step)."""

@@ -190,12 +190,14 @@ def figure(pts: list[Point], title: str = "Baseline / gated, per setting: each s
     marked at the top, one whose baseline has none (a ratio of 0) at the bottom, and the paper's ratio (Table 4) as
     a dashed line where the paper reports one. A fourth panel: along training, the tracker's baseline / elementwise
     ratios (F-Attn above uniform, M-Act) against tokens seen, a line per seed of each setting whose rows kept their
-    tracker: every shorter length of a run, for free."""
+    tracker: every shorter length of a run, for free. A setting with no gated model yet (its baseline trained
+    first) has no ratio and no place on the x axis, as in the table."""
     import matplotlib.pyplot as plt
 
     from ..plots import COLORS
     from ..plots._style import log_ticks
 
+    pts = [p for p in pts if any(p.paired(g) for g in GATED)]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8), layout="constrained")
     _along_training(axes[3], pts)
     for ax, (key, label) in zip(axes[:3], MEASURES.items(), strict=True):

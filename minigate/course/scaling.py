@@ -240,14 +240,16 @@ def _along_training(ax, pts: list[Point]) -> None:
 
     handles = []
     for i, p in enumerate(q for q in pts if any(r.get("tracker") for r in q.rows())):
-        seeds = 0
+        seeds = 0  # those with a line drawn
         for seed, rows in sorted(p.seeds.items()):
+            drawn = False
             for key, style in TRACKED_SHOWN.items():
                 got = tracked(list(rows.values()), key)
                 if got:
                     ax.plot([t / 1e6 for t, _ in got], [x for _, x in got], style, color=f"C{i}", lw=1,
                             gid=f"{p.name} seed {seed}, {MEASURES[key]}")
-            seeds += bool(tracked(list(rows.values()), "m_act"))
+                    drawn = True
+            seeds += drawn
         if seeds:
             handles.append(Line2D([], [], color=f"C{i}", label=f"{p.name} ({seeds} seed{'s' * (seeds > 1)})"))
     ax.axhline(1, color="gray", lw=0.8)

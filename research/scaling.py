@@ -5,9 +5,16 @@ T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code
     python research/scaling.py plan                 # every point, seed and variant, and what is done
     python research/scaling.py run [--only 2x] [--seeds 1]  # train and measure what is missing, in the queue's order
     python research/scaling.py measure              # measure the finished runs again, rewrite the JSON files
+    python research/scaling.py run --only m-gpu --jobs 6   # on a GPU: its points, six trainings at once
 
-Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides, into
-runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue continues). Every run
+A GPU point (`GPU`: `m-gpu`, the `code-gpu` recipe with a larger model) trains only where CUDA is; on the lent GPU
+machine `bash tests/gpu/on_device.sh study` runs it and brings back data/study/size.json (docs/gpu.md). Its rows
+keep their GPU's name, and `measure` elsewhere keeps them as they are (their runs are not there). `--deadline S`
+starts no training the longest finished one says would end more than S seconds after the start.
+
+Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides (`code-gpu` for a
+GPU point), into runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue
+continues). Every run
 trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16: compiled bf16 1.18x bf16
 eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran two queues at 1 thread
 each, `--seeds` or `--only` apart), on this machine's python-code corpus: a row records the
@@ -24,6 +31,7 @@ import json
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,13 +54,20 @@ POINTS = {
     "4x": ("length", dict(steps=16000), "the code model, 65.5M tokens"),
     "l": ("size", dict(d_model=192, n_layers=6, n_heads=6, n_kv_heads=6, head_dim=32, d_ff=576, steps=10600),
           "3.7M parameters, 43.4M tokens"),
+    # the GPU recipe's size axis: code-gpu (6.2M parameters, data/seeds/code-gpu.json) 2.5x wider-and-deeper, at its
+    # 49.2M tokens (the 15.7M model of docs/gpu.md's first GPU runs, then one seed)
+    "m-gpu": ("size", dict(d_model=384, n_layers=8, n_heads=6, n_kv_heads=6, head_dim=64, d_ff=1024),
+              "15.7M parameters, 49.2M tokens (a GPU)"),
 }
+PRESET = {"m-gpu": "code-gpu"}  # a point's preset, when not `code`
+GPU = {"m-gpu"}  # points that train on a GPU only: `run` skips them on a machine without CUDA
 TRAIN = dict(precision="bf16", compile="true")  # every study run
 TRACKER = ("sink_rate_64", "f_attn_excess", "m_act")  # what a row keeps of the run's tracker (8 prose windows)
 # the queue, in order: (point, seed, variants). Length first (seed 0's trio), then the cheap size, then the rest
 QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, NAMES), ("xs", 1, NAMES),
          ("xs", 2, NAMES), ("2x", 1, NAMES), ("2x", 2, NAMES),
-         ("4x", 0, ("none", "elementwise")), ("l", 0, ("none", "elementwise"))]
+         ("4x", 0, ("none", "elementwise")), ("l", 0, ("none", "elementwise")),
+         *[("m-gpu", s, NAMES) for s in (0, 1, 2)]]
 
 
 def folder(point: str, seed: int, variant: str) -> Path:
@@ -79,7 +94,8 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
     minute."""
     out = folder(point, seed, variant)
     sets = {**POINTS[point][1], **TRAIN, "seed": seed}
-    cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", "code", "--variant", variant, "--out", str(out),
+    cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", PRESET.get(point, "code"), "--variant", variant,
+           "--out", str(out),
            "--threads", str(threads), "--quiet"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
     out.mkdir(parents=True, exist_ok=True)
@@ -87,6 +103,10 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
     done = json.loads(side.read_text()) if side.is_file() else {"wall_s": 0.0, "cpus": []}
     before, t0 = done["wall_s"], time.time()
     done["cpus"] = sorted(set(done["cpus"]) | {cpu_name()})
+    if point in GPU:
+        import torch
+
+        done["gpu"] = torch.cuda.get_device_name(0)
     with open(out.parent / f"{NAMES[variant]}.log", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         while True:
@@ -105,16 +125,16 @@ def sidecar(point: str, seed: int, variant: str) -> Path:
     return RUNS / point / f"seed{seed}" / f"{NAMES[variant]}.study.json"
 
 
-def measured_row(point: str, seed: int, variant: str, prose) -> dict:
+def measured_row(point: str, seed: int, variant: str, prose, device="cpu") -> dict:
     path = folder(point, seed, variant)
-    got = measure.measure_folder(path, prose, name=f"{point}-seed{seed}-{NAMES[variant]}")
+    got = measure.measure_folder(path, prose, device=device, name=f"{point}-seed{seed}-{NAMES[variant]}")
     run = json.loads((path / "run.json").read_text())
     history = json.loads((path / "history.json").read_text())
     side = json.loads(sidecar(point, seed, variant).read_text()) if sidecar(point, seed, variant).is_file() else {}
     t = run["train"]
     step_tokens = t["batch_size"] * t["seq_len"] * t["grad_accum"]
     return {"point": point, **row(seed, variant, got, path), "params": from_pretrained(path / "model").num_params(),
-            "tokens": t["steps"] * step_tokens, "steps": t["steps"], "cpus": side.get("cpus"),
+            "tokens": t["steps"] * step_tokens, "steps": t["steps"], "cpus": side.get("cpus"), "gpu": side.get("gpu"),
             "wall_s": round(side["wall_s"]) if "wall_s" in side else None,
             "train_s": round(sum(step_tokens / r for r in history["tokens_per_s"])),
             "tracker": [{k: m[k] for k in ("step", *TRACKER) if k in m} for m in history["metrics"]]}
@@ -130,8 +150,9 @@ def write(rows: list[dict], prose) -> list[Path]:
         mine = [r for r in rows if POINTS[r["point"]][0] == axis]
         if not mine:
             continue
-        points = {p: {"sets": {**s, **TRAIN}, "about": about} for p, (a, s, about) in POINTS.items() if a == axis}
-        doc = {"axis": axis, "preset": "code", "protocol": protocol, "points": points, "rows": mine}
+        points = {p: {"preset": PRESET.get(p, "code"), "sets": {**s, **TRAIN}, "about": about}
+                  for p, (a, s, about) in POINTS.items() if a == axis}
+        doc = {"axis": axis, "protocol": protocol, "points": points, "rows": mine}
         path = OUT / f"{axis}.json"
         path.write_text(json.dumps(doc, indent=1) + "\n")
         written.append(path)
@@ -149,39 +170,82 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", nargs="*", type=int, help="seeds to take (default: all); two processes at one thread "
                     "each take different points or seeds")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="trainings at once (a GPU: small models leave it mostly idle)")
+    ap.add_argument("--deadline", type=float, help="seconds: start no training that the longest one finished so far "
+                    "says would end after it (a GPU lent for minutes)")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
     queue = [(p, s, v) for p, s, vs in QUEUE for v in vs
              if (not args.only or p in args.only) and (args.seeds is None or s in args.seeds)]
     if args.what == "plan":
+        rows = {(r["point"], r["seed"], r["variant"]): r for r in stored_rows()}
         for p, s, v in queue:
             state = "done" if finished(folder(p, s, v)) else "resumable" if (
-                folder(p, s, v) / "checkpoint.pt").is_file() else "to do"
-            print(f"{p:3s} seed {s} {NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
+                folder(p, s, v) / "checkpoint.pt").is_file() else "measured" if (p, s, v) in rows else "to do"
+            if (p, s, v) in rows and rows[p, s, v].get("gpu"):
+                state += f" on {rows[p, s, v]['gpu']}"
+            print(f"{p:5s} seed {s} {NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
         return 0
+    if args.what == "run" and not cuda and any(p in GPU for p, _, _ in queue):
+        print(f"(no CUDA here: skipping the GPU points {sorted({p for p, _, _ in queue if p in GPU})})", flush=True)
+        queue = [q for q in queue if q[0] not in GPU]
     prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
     assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (
         "these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy they came from")
     key = lambda r: (r["point"], r["seed"], r["variant"])  # noqa: E731
-    skip = {key(r) for r in stored_rows()} if args.what == "run" else set()  # run: measured before, kept
+    stored = {key(r): r for r in stored_rows()}
+    # run: what was measured before is kept; measure: measured again where its run is here (a GPU point's is not)
+    skip = set(stored) if args.what == "run" else set()
     mine = {}  # the rows this process measured
-    for p, s, v in queue:
-        if args.what == "run" and not finished(folder(p, s, v)):
-            print(f"{time.strftime('%H:%M:%S')} training {p} seed {s} {v}", flush=True)
-            rc = train(p, s, v, args.threads)
-            if rc:
-                print(f"{p} seed {s} {v}: minigate train exited with {rc}; see its log", flush=True)
-                return rc
+
+    def measured(p, s, v):
         if finished(folder(p, s, v)) and (p, s, v) not in skip | set(mine):
-            r = mine[p, s, v] = measured_row(p, s, v, prose)
+            r = mine[p, s, v] = measured_row(p, s, v, prose, "cuda" if cuda else "cpu")
             print(f"{time.strftime('%H:%M:%S')} {p} seed {s} {v}: {r['sink_rate_64']:.3f} sink rate at T=64, excess "
                   f"{r['f_attn_excess']:.4f}, M-Act {r['m_act']:.1f}, loss {r['val_loss_code']:.3f}, "
                   f"{r['wall_s']} s", flush=True)
-            # run: the files as they are now (another process may have measured again meanwhile), with this one's rows
-            kept = {key(r): r for r in stored_rows()} if args.what == "run" else {}
+            # the files as they are now (another process may have measured again meanwhile), with this one's rows
+            kept = {key(r): r for r in stored_rows()}
+            if args.what == "measure":
+                kept = {k: r for k, r in kept.items() if not finished(folder(*k))}
             write(list({**kept, **mine}.values()), prose)
+
+    if args.what == "measure":
+        for q in queue:
+            measured(*q)
+        return 0
+    todo = [q for q in queue if not finished(folder(*q))]
+    for q in queue:  # finished before: measured now if it never was
+        if q not in todo:
+            measured(*q)
+    running, took, t0 = {}, [], time.time()  # (point, seed, variant) -> (thread, start); seconds of finished ones
+    while todo or running:
+        while todo and len(running) < args.jobs and (
+                args.deadline is None or not took or time.time() - t0 + max(took) < args.deadline):
+            q = todo.pop(0)
+            print(f"{time.strftime('%H:%M:%S')} training {q[0]} seed {q[1]} {q[2]}", flush=True)
+            result = {}
+            th = threading.Thread(target=lambda q=q, result=result: result.update(rc=train(*q, args.threads)))
+            th.start()
+            running[q] = (th, time.time(), result)
+        if todo and not running:  # the deadline leaves no room for what is left
+            print(f"stopping before {len(todo)} runs: the longest took {max(took):.0f} s, {args.deadline:.0f} s "
+                  f"allowed from the start", flush=True)
+            break
+        time.sleep(2)
+        for q, (th, start, result) in list(running.items()):
+            if th.is_alive():
+                continue
+            del running[q]
+            took.append(time.time() - start)
+            rc = result.get("rc", 1)  # none: train() raised (its traceback is above)
+            if rc:
+                print(f"{q[0]} seed {q[1]} {q[2]}: minigate train exited with {rc}; see its log", flush=True)
+                return rc
+            measured(*q)
     return 0
 
 

@@ -77,6 +77,7 @@ def test_points_ratios_and_the_table(crafted):
     lines = scaling.table(pts)
     row = next(line for line in lines if line.startswith("2x") and "elementwise" in line)
     assert "2.0x (2.0-inf)" not in row and "inf" in row and "3.0x (2.0-4.0)" in row and " 10" in row  # 600 s
+    assert lines[0].split()[-2:] == ["M-Act", "b"] and row.split()[-1] == "90"  # the baselines' median M-Act: 100, 80
     assert lines[0].split()[7:10] == ["F-Attn", "excess", "raw"] and "-" in row.split()  # crafted: no raw F-Attn
     code = next(line for line in lines if line.startswith("code ") and "elementwise" in line)
     raw = [r["f_attn"] / next(x for x in pts[0].seeds[r["seed"]].values() if x["variant"] == "elementwise")["f_attn"]
@@ -128,6 +129,19 @@ def _add(data, doc, point, about, trios):
     """Write data/study/<doc>.json with `point`'s seeds: trios [(baseline values, elementwise values)]."""
     rows = [_row(point, s, v, *vals) for s, (b, e) in enumerate(trios) for v, vals in (("none", b), ("elementwise", e))]
     (data / "study" / f"{doc}.json").write_text(json.dumps({"points": {point: {"about": about}}, "rows": rows}))
+
+
+def test_a_setting_trained_on_a_gpu_comes_after_the_cpu_ones_by_size(crafted):
+    """A study point whose rows name their GPU (research/scaling.py's m-gpu) sits with code-gpu, after every CPU
+    setting, and among the GPU settings by size: a larger CPU point stays before code-gpu."""
+    _add(crafted, "size", "big", "larger", [((0.5, 0.1, 100), (0.25, 0.02, 25))])
+    _add(crafted, "gpu", "m-gpu", "on a GPU", [((0.5, 0.1, 100), (0.25, 0.02, 25))])
+    for doc, params, gpu in (("size", 9_000_000, None), ("gpu", 15_000_000, "NVIDIA H200")):
+        path = crafted / "study" / f"{doc}.json"
+        got = json.loads(path.read_text())
+        got["rows"] = [dict(r, params=params, gpu=gpu) for r in got["rows"]]
+        path.write_text(json.dumps(got))
+    assert [p.name for p in scaling.points(crafted)] == ["code", "2x", "big", "code-gpu", "m-gpu"]
 
 
 def test_a_seed_whose_baseline_has_no_sink_head_gives_no_ratio_and_the_table_says_so(crafted):

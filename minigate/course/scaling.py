@@ -81,8 +81,9 @@ def _read(path: Path) -> list[dict]:
 
 
 def points(data: Path = DATA) -> list[Point]:
-    """Every setting measured so far, smallest first: the study's sizes and lengths, the `code` recipe and its GPU
-    twin. A point with no rows yet is left out."""
+    """Every setting measured so far, smallest first (by parameters, then tokens), those trained on a CPU before
+    those trained on a GPU: the study's sizes and lengths, the `code` recipe and its GPU twin. A point with no rows
+    yet is left out."""
     study = {}
     for path in sorted((Path(data) / "study").glob("*.json")):
         doc = json.loads(path.read_text())
@@ -99,7 +100,12 @@ def points(data: Path = DATA) -> list[Point]:
             for r in rows:
                 p.seeds.setdefault(r["seed"], {})[r["variant"]] = r
             out.append(p)
-    return sorted(out, key=lambda p: (p.name == "code-gpu", _params(p), _tokens(p)))
+    return sorted(out, key=lambda p: (_on_gpu(p), _params(p), _tokens(p)))
+
+
+def _on_gpu(p: Point) -> bool:
+    """A setting trained on a GPU: the GPU recipe, or a study point whose rows name their GPU."""
+    return p.name == "code-gpu" or any(r.get("gpu") for r in p.rows())
 
 
 def _params(p: Point) -> float:
@@ -134,11 +140,13 @@ FEWER = ("a/n: a ratio in a of the n seeds; in the others the baseline has none 
 def table(pts: list[Point]) -> list[str]:
     """One line per setting and gate: parameters, tokens, seeds, each measure's baseline / gated ratio (median over
     the seeds and their range; F-Attn both above uniform, as the course measures it, and raw, as the paper reports
-    it), the validation losses and the mean training time per model where recorded (train_s: from the run's own
-    tokens/s, so time a stopped run's machine sat idle does not count); a line on a/n ratios (FEWER) where
+    it), the validation losses, the mean training time per model where recorded (train_s: from the run's own
+    tokens/s, so time a stopped run's machine sat idle does not count) and the baselines' median M-Act (the
+    magnitude the gate cuts: Table 4's baseline reaches 1053); a line on a/n ratios (FEWER) where
     some seed's baseline has nothing for the gate to remove."""
     lines = [f"{'setting':9s} {'params':>6s} {'tokens':>6s} {'gate':11s} {'seeds':>5s} {'sink heads':>19s} "
-             f"{'F-Attn excess':>19s} {'raw F-Attn':>19s} {'M-Act':>19s} {'loss b -> g':>13s} {'min/model':>9s}"]
+             f"{'F-Attn excess':>19s} {'raw F-Attn':>19s} {'M-Act':>19s} {'loss b -> g':>13s} {'min/model':>9s} "
+             f"{'M-Act b':>7s}"]
     fewer = False
     for p in pts:
         for g in GATED:
@@ -152,7 +160,8 @@ def table(pts: list[Point]) -> list[str]:
             lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
                          + " ".join(f"{x:>19s}" for x in spans)
                          + f" {statistics.mean(b for b, _ in losses):6.3f}>{statistics.mean(x for _, x in losses):.3f}"
-                         + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}"))
+                         + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}")
+                         + f" {statistics.median(rows['none']['m_act'] for rows in p.pairs(g)):7.0f}")
     return lines + ([FEWER] if fewer else [])
 
 

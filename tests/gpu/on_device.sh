@@ -10,13 +10,18 @@
 #   bash tests/gpu/on_device.sh t4      a T4's arithmetic (MINIGATE_PRECISION=fp16: fp16 with a GradScaler):
 #                                       lesson 03's GPU path and the GROW switch (seed 0)
 #   bash tests/gpu/on_device.sh seeds   code-gpu seeds 1 and 2 through the GROW switch (SEEDS="1 2")
+#   bash tests/gpu/on_device.sh study   research/scaling.py's GPU points (m-gpu: 15.7M parameters, seeds 0-2, its
+#                                       three variants), JOBS=6 at once; data/study/size.json comes back
+#                                       as study.json, the runs' logs and histories as study.runs.tar
 #   NOTEBOOKS="solutions/01_... solutions/02_..." bash tests/gpu/on_device.sh check     a few notebooks only
 #   GROW_ARGS="--steps 20"  passed to tests/gpu/grow.py (a dry run of the plumbing)
 #   LIMIT=480 bash tests/gpu/on_device.sh check t4 seeds   every step stopped after LIMIT seconds (what it wrote stays)
+#   GPU_DIR=.gpu-study ...   wheels and WikiText-2 from another folder than .gpu (a smaller one: what travels to the
+#                            device is at most 64 MiB with the checkout; the study needs no notebook kernel)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MINIGATE_CORPORA_DIR=$PWD/.gpu/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${GPU_DIR:-.gpu}"/whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MINIGATE_CORPORA_DIR=$PWD/${GPU_DIR:-.gpu}/data HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export OUT=${OUT:-/tmp/out} OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 RES=$(mktemp -d)  # each job's NAME.log and NAME.json, appended to $OUT/results.tar when it ends
 mkdir -p "$OUT"
@@ -43,7 +48,10 @@ step() {
              job "seed$s" python3 tests/gpu/grow.py ${GROW_ARGS:-} --seed "$s" --root /tmp/runs --json "$RES/seed$s.json" &
            done
            wait ;;
-    *) echo "usage: bash tests/gpu/on_device.sh check|ship|bench|grow|t4|seeds ..." >&2; return 2 ;;
+    study) job study bash -c "timeout -s TERM ${STUDY_LIMIT:-3300} python3 research/scaling.py run --only m-gpu \
+             --jobs ${JOBS:-6} --threads 2; rc=\$?; cp data/study/size.json $RES/study.json
+             tar -cf $RES/study.runs.tar runs/study/m-gpu/*/*.log runs/study/m-gpu/*/*/history.json; exit \$rc" ;;
+    *) echo "usage: bash tests/gpu/on_device.sh check|ship|bench|grow|t4|seeds|study ..." >&2; return 2 ;;
   esac
 }
 [ $# -gt 0 ] || set -- check

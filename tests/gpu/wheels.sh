@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare .gpu/ (git-ignored, carried to the remote GPU machine): wheels of the packages that machine lacks,
 # pinned to this venv's versions (list from ../shared/docs/gpu-device.md), and a copy of WikiText-2.
-#   bash tests/gpu/wheels.sh         then, on the device: bash tests/gpu/on_device.sh check|ship|bench
+#   bash tests/gpu/wheels.sh         then, on the device: bash tests/gpu/on_device.sh check|ship|bench (.gpu-study: study)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exclude="$(git rev-parse --git-path info/exclude)"; mkdir -p "$(dirname "$exclude")"
@@ -21,3 +21,9 @@ for p in $PKGS; do
 done
 cp -r "${MINIGATE_CORPORA_DIR:-../shared/data}/wikitext-2-raw" .gpu/data/
 du -sh .gpu
+# .gpu-study (GPU_DIR=.gpu-study for on_device.sh's `study`): the same less the notebook kernel's wheels, which that
+# step does not need, to keep what travels to the device under 64 MiB with the checkout
+grep -qxF /.gpu-study/ "$exclude" 2>/dev/null || echo /.gpu-study/ >> "$exclude"
+rm -rf .gpu-study && mkdir -p .gpu-study/whl && cp -r .gpu/data .gpu-study/ && cp .gpu/whl/*.whl .gpu-study/whl/
+rm -f .gpu-study/whl/{pyzmq,tornado,ipykernel,jupyter_client,nbclient,nbval}-*
+du -sh .gpu-study

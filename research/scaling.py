@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     for q in queue:  # finished before: measured now if it never was
         if q not in todo:
             measured(*q)
-    running, took, t0 = {}, [], time.time()  # (point, seed, variant) -> (thread, start); seconds of finished ones
+    running, took, t0 = {}, [], time.time()  # (point, seed, variant) -> (thread, start, rc); seconds each took
     while todo or running:
         while todo and len(running) < args.jobs and (
                 args.deadline is None or not took or time.time() - t0 + max(took) < args.deadline):

@@ -186,3 +186,59 @@ def test_the_bar_needs_five_times_on_every_measure_in_three_seeds_at_no_worse_lo
     assert scaling.meets_bar(point([six] * 3)) and not scaling.meets_bar(point([six] * 2))
     assert not scaling.meets_bar(point([six, six, ((0.6, 0.06, 60), (0.1, 0.01, 15))]))  # M-Act 4x in one seed
     assert not scaling.meets_bar(point([six] * 3, worse=True))
+
+
+def _queue_script(tmp_path, monkeypatch, seconds):
+    """research/scaling.py with a point `t` of two seeds (baseline and elementwise), whose trainings only wait
+    `seconds` and leave a finished folder, whose measuring gives a stub row and whose writing is recorded: the
+    queue's plumbing alone."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("study_queue", scaling.DATA.parent / "research" / "scaling.py")
+    S = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(S)
+    monkeypatch.setattr(S, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(S, "OUT", tmp_path / "study")
+    monkeypatch.setattr(S, "POINTS", {"t": ("size", {}, "a test point")})
+    monkeypatch.setattr(S, "QUEUE", [("t", s, ("none", "elementwise")) for s in (0, 1)])
+    digest = measure.stored("code-baseline")["protocol"]["windows_sha256"]
+    monkeypatch.setattr(S.measure, "prose_windows", lambda *a, **k: None)
+    monkeypatch.setattr(S.measure, "windows_digest", lambda prose: digest)
+    started, written = {}, []
+
+    def train(point, seed, variant, threads):
+        started[seed, variant] = time.time()
+        time.sleep(seconds)
+        (S.folder(point, seed, variant) / "model").mkdir(parents=True)
+        (S.folder(point, seed, variant) / "model" / "config.json").write_text("{}")
+        return 0
+
+    monkeypatch.setattr(S, "train", train)
+    monkeypatch.setattr(S, "measured_row", lambda p, s, v, prose, device: dict(
+        point=p, seed=s, variant=v, sink_rate_64=0.0, f_attn_excess=0.0, m_act=1.0, val_loss_code=2.0, wall_s=1))
+
+    def write(rows, prose):  # what stored_rows reads back
+        written.append(sorted((r["seed"], r["variant"]) for r in rows))
+        S.OUT.mkdir(exist_ok=True)
+        (S.OUT / "size.json").write_text(json.dumps({"rows": rows}))
+
+    monkeypatch.setattr(S, "write", write)
+    return S, started, written
+
+
+def test_the_queue_trains_jobs_at_once_and_measures_each_as_it_ends(tmp_path, monkeypatch):
+    S, started, written = _queue_script(tmp_path, monkeypatch, seconds=0.5)
+    assert S.main(["run", "--jobs", "2"]) == 0
+    assert abs(started[0, "none"] - started[0, "elementwise"]) < 0.4  # a seed's two side by side
+    assert min(started[1, v] for v in ("none", "elementwise")) > started[0, "none"] + 0.5  # then the next seed's
+    assert written[-1] == [(0, "elementwise"), (0, "none"), (1, "elementwise"), (1, "none")]
+    assert S.main(["run", "--jobs", "2"]) == 0 and len(written) == 4  # all finished and measured: nothing to do
+
+
+def test_the_queue_starts_no_training_the_deadline_leaves_no_room_for(tmp_path, monkeypatch, capsys):
+    S, started, written = _queue_script(tmp_path, monkeypatch, seconds=0.5)
+    assert S.main(["run", "--jobs", "2", "--deadline", "1"]) == 0  # the first pair took 0.5 s or more, from t0
+    assert sorted(started) == [(0, "elementwise"), (0, "none")] and "stopping before 2 runs" in capsys.readouterr().out
+    assert S.main(["run", "--jobs", "2", "--deadline", "60"]) == 0 and sorted(started) == [
+        (0, "elementwise"), (0, "none"), (1, "elementwise"), (1, "none")]  # the rest, next time

@@ -242,3 +242,13 @@ def test_the_queue_starts_no_training_the_deadline_leaves_no_room_for(tmp_path, 
     assert sorted(started) == [(0, "elementwise"), (0, "none")] and "stopping before 2 runs" in capsys.readouterr().out
     assert S.main(["run", "--jobs", "2", "--deadline", "60"]) == 0 and sorted(started) == [
         (0, "elementwise"), (0, "none"), (1, "elementwise"), (1, "none")]  # the rest, next time
+
+
+def test_measuring_again_keeps_the_rows_whose_runs_are_elsewhere(tmp_path, monkeypatch):
+    """A GPU point's runs stay on the GPU machine: `measure` measures the runs here and keeps the others' rows."""
+    S, _, written = _queue_script(tmp_path, monkeypatch, seconds=0.1)
+    assert S.main(["run", "--jobs", "2"]) == 0
+    shutil.rmtree(S.folder("t", 1, "none"))  # trained and measured on another machine
+    measured = len(written)
+    assert S.main(["measure"]) == 0 and len(written) == measured + 3  # the three runs here, each written as measured
+    assert written[-1] == [(0, "elementwise"), (0, "none"), (1, "elementwise"), (1, "none")]

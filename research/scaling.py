@@ -196,9 +196,8 @@ def main(argv=None) -> int:
     assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (
         "these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy they came from")
     key = lambda r: (r["point"], r["seed"], r["variant"])  # noqa: E731
-    stored = {key(r): r for r in stored_rows()}
     # run: what was measured before is kept; measure: measured again where its run is here (a GPU point's is not)
-    skip = set(stored) if args.what == "run" else set()
+    skip = {key(r) for r in stored_rows()} if args.what == "run" else set()
     mine = {}  # the rows this process measured
 
     def measured(p, s, v):

@@ -14,10 +14,9 @@ starts no training the longest finished one says would end more than S seconds a
 
 Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides (`code-gpu` for a
 GPU point), into runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue
-continues). Every run
-trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16: compiled bf16 1.18x bf16
-eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran two queues at 1 thread
-each, `--seeds` or `--only` apart), on this machine's python-code corpus: a row records the
+continues). Every run trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16:
+compiled bf16 1.18x bf16 eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran
+two queues at 1 thread each, `--seeds` or `--only` apart), on this machine's python-code corpus: a row records the
 corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
 The corpus is read from this Python's stdlib and site-packages, so installing anything (`pip install -e .` included:
 it rewrites minigate's editable finder) changes its SHA-256: a seed whose models straddle an install differs in corpus
@@ -95,8 +94,8 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
     out = folder(point, seed, variant)
     sets = {**POINTS[point][1], **TRAIN, "seed": seed}
     cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", PRESET.get(point, "code"), "--variant", variant,
-           "--out", str(out),
-           "--threads", str(threads), "--quiet"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+           "--out", str(out), "--threads", str(threads), "--quiet"]
+    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
     out.mkdir(parents=True, exist_ok=True)
     side = sidecar(point, seed, variant)

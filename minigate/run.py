@@ -184,6 +184,8 @@ def execute(plan: RunPlan, progress: bool = True, announce=print) -> History:
         info["python_stdlib"] = data.stdlib_info()
     if "python-code" in preset.corpus:
         info["python_code"] = data.python_code_info()
+    if "python-site" in preset.corpus:
+        info["python_site"] = data.python_site_info()
     record = dict(info, train=dataclasses.asdict(train_cfg), model=model.cfg.to_dict())
     n_probe = 64 if preset.corpus in data.TASKS else 8  # held-out rows / windows
     probe_ids = (load_tokens(preset.probe, plan.tokenizer, train_cfg.seq_len, model_cfg.vocab_size)[1]

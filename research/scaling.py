@@ -16,11 +16,11 @@ Each model is `minigate train --preset code --variant V --set seed=S` with its p
 GPU point), into runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue
 continues). Every run trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16:
 compiled bf16 1.18x bf16 eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran
-two queues at 1 thread each, `--seeds` or `--only` apart), on this machine's python-code corpus: a row records the
-corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
-The corpus is read from this Python's stdlib and site-packages, so installing anything (`pip install -e .` included:
-it rewrites minigate's editable finder) changes its SHA-256: a seed whose models straddle an install differs in corpus
-(tests/test_study.py fails it); train that seed's models again.
+two queues at 1 thread each, `--seeds` or `--only` apart), on the python-code corpus: a row records the corpus, the
+precision, the CPU and the speed, so a seed's three models can be checked to share them.
+The study's stored rows read python-code before it was pinned to wheels (data/python-code.lock.json): this Python's
+stdlib and site-packages, a corpus of each machine's own (8,697 files; their SHA-256 is in each row). A run now reads
+the pinned corpus, the same on every machine, so a new row's corpus differs from the stored ones.
 """
 
 from __future__ import annotations

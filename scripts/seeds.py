@@ -40,7 +40,8 @@ def run_facts(run_json: dict, history: dict) -> dict:
     if precision == "auto":  # runs from before `auto` chose bf16 on CPUs with bf16 units: auto was fp32 on any CPU
         precision = "fp32"
     return {"corpus_sha256": corpus.get("sha256"), "corpus_files": corpus.get("files"),
-            "python": corpus.get("python"), "precision": precision,
+            **({"corpus_lock": corpus["lock_sha256"]} if "lock_sha256" in corpus else {"python": corpus.get("python")}),
+            "precision": precision,
             "tokens_per_s": round(statistics.median(history["tokens_per_s"]))}
 
 

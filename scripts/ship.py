@@ -80,9 +80,9 @@ def portable(run_json: dict) -> dict:
     if run_json.get("tokenizer"):
         name = Path(run_json["tokenizer"]).name
         run_json["tokenizer"] = "data/tokenizer.json" if name == "tokenizer.json" else "tokenizer"
-    if "python_code" in run_json:
-        roots = run_json["python_code"].get("roots", [])
-        run_json["python_code"] = dict(run_json["python_code"], roots=["stdlib" if i == 0 else "site-packages"
+    if "python_site" in run_json:  # python-code is read from pinned wheels: no folder of this machine to hide
+        roots = run_json["python_site"].get("roots", [])
+        run_json["python_site"] = dict(run_json["python_site"], roots=["stdlib" if i == 0 else "site-packages"
                                                                        for i, _ in enumerate(roots)])
     return run_json
 

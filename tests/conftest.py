@@ -22,6 +22,15 @@ os.environ.setdefault("MINIGATE_CORPORA_DIR", os.environ.pop("MINIGATE_DATA_DIR"
 if "MINIGATE_CACHE_DIR" not in os.environ:
     os.environ["MINIGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="minigate-cache-")
     atexit.register(shutil.rmtree, os.environ["MINIGATE_CACHE_DIR"], True)
+# python-code in the tests: one small wheel of the pinned list (werkzeug, 0.75 MB of .py in 52 files), fetched once per
+# test session into its cache; test_python_code.py checks that it is the lock's own entry
+if "MINIGATE_CODE_LOCK" not in os.environ:
+    import json
+
+    _lock = json.loads((Path(__file__).parents[1] / "data" / "python-code.lock.json").read_text())
+    _small = Path(os.environ["MINIGATE_CACHE_DIR"]) / "python-code-small.lock.json"
+    _small.write_text(json.dumps(dict(_lock, wheels=[w for w in _lock["wheels"] if w["name"] == "werkzeug"])))
+    os.environ["MINIGATE_CODE_LOCK"] = str(_small)
 # scripts/ (the release pipeline) is not a package: its modules import each other by name, and the tests import them so
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 torch.set_num_threads(1)  # tests share a 2-core machine; one thread each keeps them from oversubscribing

@@ -89,11 +89,17 @@ def test_the_library_never_imports_course_or_benchmark_code_even_lazily():
 
 def test_the_library_runs_no_process_and_holds_no_release_pipeline():
     """The library measures and trains in-process: no subprocess (of its own CLI or anything else), and shipping
-    models (training, rewriting docs, re-running lessons) is scripts/ship.py's, outside the package."""
+    models (training, rewriting docs, re-running lessons) is scripts/ship.py's, outside the package. One process is
+    allowed, as datasets.load_dataset downloads: pip, fetching python-code's pinned wheels (issue 57 asks for pip, which
+    honours the user's index, proxy and PIP_FIND_LINKS), and nothing else."""
     for name in LIBRARY:
         path = PACKAGE.joinpath(*name.split(".")[1:])
         source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text()
-        assert "subprocess" not in source and "nbclient" not in source, name
+        assert "nbclient" not in source, name
+        if name == "minigate.data.code_wheels":
+            assert source.count("subprocess.") == 1 and '"-m", "pip", "download"' in source, name
+            continue
+        assert "subprocess" not in source, name
     assert (PACKAGE.parent / "scripts" / "ship.py").is_file() and not (PACKAGE / "ship.py").exists()
 
 

@@ -40,7 +40,7 @@ def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypat
     assert got["steps"] == 2 and got["minutes"] > 0 and got["windows"] == 2
     text = (shipped / "run.json").read_text() + (shipped / "history.json").read_text()
     assert str(tmp_path) not in text and "/site-packages" not in text and str(data.DEFAULT_TOKENIZER) not in text
-    assert json.loads((shipped / "run.json").read_text())["python_code"]["roots"][0] == "stdlib"
+    assert json.loads((shipped / "run.json").read_text())["python_code"] == data.python_code_info(2_000_000)
     bf16 = minigate.from_pretrained(shipped)
     assert got["f_attn"] == pytest.approx(got["f_attn_fp32"], abs=0.01)  # bf16 weights measure like fp32 ones
     assert bf16.cfg.max_seq_len == 512

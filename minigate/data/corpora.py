@@ -5,8 +5,11 @@
     wikitext-103     WikiText-103's train / validation splits (Hub; capped at `max_chars`)
     tinystories      TinyStories train / validation (Hub; capped at `max_chars`)
     python-stdlib    the .py files of this Python's standard library, 90/10 by file (python_files.py)
-    python-code      the .py files of this Python's site-packages and standard library (the `code`
-                     preset's corpus: ~150 MB on a full install, read once in a 3000-step run), 90/10 by file
+    python-code      the .py files of a pinned list of pure-Python wheels (data/python-code.lock.json, fetched
+                     with pip; code_wheels.py): the `code` presets' corpus, 150 MB, the same on every machine,
+                     90/10 by file
+    python-site      the .py files of this Python's site-packages and standard library, up to 150 MB: what
+                     python-code was before it was pinned; it differs from machine to machine
     a+b              several corpora, concatenated (e.g. "python-stdlib+wikitext-2")
 
 Where the text comes from: if the folder named by the environment variable MINIGATE_CORPORA_DIR
@@ -30,7 +33,8 @@ import socket
 import warnings
 from pathlib import Path
 
-from .python_files import STDLIB_MAX_BYTES, code_files, python_code_info, stdlib_files, stdlib_info
+from .code_wheels import code_files, python_code_info
+from .python_files import STDLIB_MAX_BYTES, python_site_info, site_files, stdlib_files, stdlib_info
 
 HUB = {"wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),  # (repo, config) for datasets.load_dataset
        "wikitext-103": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
@@ -156,10 +160,12 @@ def train_val_split(docs: list, every: int = 10) -> tuple[list, list]:
 
 
 def _python_documents(name: str, files: list, split: str) -> list[str]:
-    """One document per file, the train or validation files (90/10 by file) of a Python corpus."""
+    """One document per file, the train or validation files (90/10 by file) of a Python corpus: files are paths,
+    or (label, bytes) pairs read from wheels."""
     if split not in ("train", "validation"):
         raise ValueError(f"{name} has splits 'train' and 'validation', not {split!r}")
-    return [p.read_text(encoding="utf-8", errors="replace") for p in train_val_split(files)[split == "validation"]]
+    read = lambda f: (f[1] if isinstance(f, tuple) else f.read_bytes()).decode("utf-8", errors="replace")
+    return [read(f) for f in train_val_split(files)[split == "validation"]]
 
 
 def stdlib_documents(split: str, max_bytes: int | None = STDLIB_MAX_BYTES) -> list[str]:
@@ -170,6 +176,11 @@ def stdlib_documents(split: str, max_bytes: int | None = STDLIB_MAX_BYTES) -> li
 def code_documents(split: str, max_bytes: int | None = None) -> list[str]:
     """python-code's train or validation files (90/10 by file), one document per file."""
     return _python_documents("python-code", code_files(max_bytes), split)
+
+
+def site_documents(split: str, max_bytes: int | None = None) -> list[str]:
+    """python-site's train or validation files (90/10 by file), one document per file."""
+    return _python_documents("python-site", site_files(max_bytes), split)
 
 
 def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[str], list[str]]:
@@ -190,10 +201,15 @@ def load_documents(name: str, max_chars: int | None = 50_000_000) -> tuple[list[
             return [d.strip() + "\n" for d in text.split("<|endoftext|>") if d.strip()]
 
         return stories("train"), stories("validation")
-    if name in ("python-stdlib", "python-code"):
+    if name in ("python-stdlib", "python-site"):
         info, documents = ((stdlib_info(), stdlib_documents) if name == "python-stdlib"
-                           else (python_code_info(), code_documents))
+                           else (python_site_info(), site_documents))
         _say(f"{name}: {info['files']} files, {info['bytes']:,} bytes, Python {info['python']}")
         return documents("train"), documents("validation")
+    if name == "python-code":
+        info = python_code_info()
+        _say(f"python-code: {info['files']} files of {info['wheels']} pinned wheels, {info['bytes']:,} bytes, "
+             f"SHA-256 {info['sha256'][:12]}")
+        return code_documents("train"), code_documents("validation")
     raise ValueError(f"unknown corpus {name!r}; known: wikitext-2, wikitext-2-full, wikitext-103, tinystories, "
-                     "python-stdlib, python-code, or several joined with '+'")
+                     "python-stdlib, python-code, python-site, or several joined with '+'")

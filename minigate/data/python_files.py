@@ -1,4 +1,5 @@
-"""The Python-files corpora: the .py files of this Python, one rule with two settings.
+"""The Python-files corpora: the .py files of this Python, one rule with two settings (the pinned python-code corpus,
+read from wheels and the same on every machine, is code_wheels.py).
 
 python-stdlib: the .py files under `sysconfig.get_paths()["stdlib"]`, minus test folders,
 site-packages and the generated codec tables in encodings/, ordered by a hash of their relative path
@@ -6,11 +7,12 @@ site-packages and the generated codec tables in encodings/, ordered by a hash of
 (STDLIB_MAX_BYTES). The standard library changes between Python versions, so this corpus does too:
 `stdlib_info()` records the version, and so does every run's history.
 
-python-code: the same rule over every site-packages folder too (`site.getsitepackages()` and the user
+python-site: the same rule over every site-packages folder too (`site.getsitepackages()` and the user
 site), with test folders skipped, ordered by a hash of "<stdlib or site-packages>/<path relative to its
-root>" so the order is the same wherever Python is installed, capped at CODE_MAX_BYTES. Every machine
-has one, of a different size: `python_code_info()` records what was read (Python version, files, bytes,
-a content hash), and `minigate train` writes it into run.json.
+root>" so the order is the same wherever Python is installed, capped at SITE_MAX_BYTES. Every machine
+has one, of a different size, and installing a package changes it: `python_site_info()` records what was read
+(Python version, files, bytes, a content hash), and `minigate train` writes it into run.json. It was the `code`
+presets' corpus until python-code was pinned to wheels; it stays for anyone who wants their own machine's code.
 
 corpora.py splits the files 90/10 into documents.
 """
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STDLIB_MAX_BYTES = 6_000_000  # default cap of the python-stdlib corpus (the full 3.11 stdlib is ~10 MB)
-CODE_MAX_BYTES = 150_000_000  # default cap of python-code (the `code` preset reads it once); a smaller one for a
-#                               quick try or a test: the environment variable MINIGATE_CODE_MAX_BYTES
+SITE_MAX_BYTES = 150_000_000  # default cap of python-site; a smaller one for a quick try or a test: the environment
+#                               variable MINIGATE_CODE_MAX_BYTES (as for python-code)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class PythonFiles:
 
 
 STDLIB = PythonFiles(frozenset({"test", "tests", "idle_test", "__pycache__", "encodings"}), site_packages=False)
-CODE = PythonFiles(frozenset({"test", "tests", "testing", "idle_test", "__pycache__", "encodings"}), site_packages=True)
+SITE = PythonFiles(frozenset({"test", "tests", "testing", "idle_test", "__pycache__", "encodings"}), site_packages=True)
 
 
 def stdlib_files(max_bytes: int | None = STDLIB_MAX_BYTES) -> list[Path]:
@@ -98,29 +100,29 @@ def stdlib_info(max_bytes: int | None = STDLIB_MAX_BYTES) -> dict:
             "files": len(files), "bytes": sum(p.stat().st_size for p in files), "max_bytes": max_bytes}
 
 
-def code_max_bytes() -> int:
-    return int(os.environ.get("MINIGATE_CODE_MAX_BYTES") or CODE_MAX_BYTES)
+def site_max_bytes() -> int:
+    return int(os.environ.get("MINIGATE_CODE_MAX_BYTES") or SITE_MAX_BYTES)
 
 
-def code_files(max_bytes: int | None = None) -> list[Path]:
-    """The .py files of the python-code corpus, in their fixed (hashed-path) order, up to max_bytes
-    (None: code_max_bytes(), i.e. CODE_MAX_BYTES unless MINIGATE_CODE_MAX_BYTES says otherwise)."""
-    return CODE.files(max_bytes or code_max_bytes())
+def site_files(max_bytes: int | None = None) -> list[Path]:
+    """The .py files of the python-site corpus, in their fixed (hashed-path) order, up to max_bytes
+    (None: site_max_bytes(), i.e. SITE_MAX_BYTES unless MINIGATE_CODE_MAX_BYTES says otherwise)."""
+    return SITE.files(max_bytes or site_max_bytes())
 
 
-def python_code_info(max_bytes: int | None = None) -> dict:
-    """What python-code holds on this machine: Python version, files, bytes, and a SHA-256 of the contents."""
-    return _code_info(max_bytes or code_max_bytes())
+def python_site_info(max_bytes: int | None = None) -> dict:
+    """What python-site holds on this machine: Python version, files, bytes, and a SHA-256 of the contents."""
+    return _site_info(max_bytes or site_max_bytes())
 
 
 @functools.lru_cache(maxsize=4)
-def _code_info(max_bytes: int) -> dict:
-    files, h, total = code_files(max_bytes), hashlib.sha256(), 0
+def _site_info(max_bytes: int) -> dict:
+    files, h, total = site_files(max_bytes), hashlib.sha256(), 0
     for p in files:
         b = p.read_bytes()
         h.update(hashlib.sha256(b).digest())
         total += len(b)
     # the kinds of folder read, not their paths: run.json files travel with shipped checkpoints
-    roots = ["stdlib" if i == 0 else "site-packages" for i, _ in enumerate(CODE.roots())]
+    roots = ["stdlib" if i == 0 else "site-packages" for i, _ in enumerate(SITE.roots())]
     return {"python": sys.version.split()[0], "roots": roots, "files": len(files),
             "bytes": total, "max_bytes": max_bytes, "sha256": h.hexdigest()}

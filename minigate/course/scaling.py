@@ -159,7 +159,7 @@ def table(pts: list[Point]) -> list[str]:
             fewer |= any(0 < len(p.ratios(g, k)) < n for k in TABLED)  # as _span marks them
             lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
                          + " ".join(f"{x:>19s}" for x in spans)
-                         + f" {statistics.mean(b for b, _ in losses):6.3f}>{statistics.mean(x for _, x in losses):.3f}"
+                         + f" {statistics.mean(b for b, _ in losses):6.3f}→{statistics.mean(x for _, x in losses):.3f}"
                          + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}")
                          + f" {statistics.median(rows['none']['m_act'] for rows in p.pairs(g)):7.0f}")
     return lines + ([FEWER] if fewer else [])

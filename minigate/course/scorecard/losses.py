@@ -93,7 +93,7 @@ def lr_entries(runs: LrRuns) -> list[Entry]:
                          symptom=point(trouble["none"]), gated={"elementwise": point(trouble["gated"])})
     diverged = [who for k, who in (("none", "the baseline"), ("gated", "the gated model")) if not done[k]]
     losses = torch.stack([runs.losses["none"], runs.losses["gated"]], 1).double()
-    over = f"{len(losses)} chunks"
+    over = f"{len(losses)} validation chunks"
     (gap,) = boot(losses, lambda x, dim: x.mean(dim)[..., :1] - x.mean(dim)[..., 1:])
     maxima = torch.stack([runs.maxima["none"], runs.maxima["gated"]], 1)  # (window, model, layer)
     m = halves(maxima, lambda x, d: x.amax(d)[..., 0, :].mean(-1) / x.amax(d)[..., 1, :].mean(-1))

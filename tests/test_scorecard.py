@@ -280,7 +280,8 @@ def test_lr_entries():
     flat = lambda x: torch.full((16,), x, dtype=torch.float64) + torch.linspace(-0.05, 0.05, 16, dtype=torch.float64)
     maxima = lambda x: torch.full((8, 2), x, dtype=torch.float64) * torch.linspace(1, 1.1, 8)[:, None]
     calm = sc.LrRuns(spikes={"none": 0, "gated": 0}, finished={"none": True, "gated": True},
-                     losses={"none": flat(6.5), "gated": flat(6.45)}, maxima={"none": maxima(1e4), "gated": maxima(3e4)})
+                     losses={"none": flat(6.5), "gated": flat(6.45)},
+                     maxima={"none": maxima(1e4), "gated": maxima(3e4)})
     e = {x.claim: x for x in sc.lr_entries(calm)}
     assert {c: x.verdict for c, x in e.items()} == {"lr spikes": "not at this scale", "lr loss": "partly",
                                                     "lr m_act": "contradicted"}

@@ -172,8 +172,14 @@ def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
     """A trio grown on a GPU (code-gpu: 6 layers x 8 heads), copied to a kept folder (Drive in Colab): find_grown finds
     it there, and compare() counts 48 heads and sets it beside code-gpu's own seeds, with no shipped trio to show."""
     kept = tmp_path / "drive"
+    seeds_corpus = json.loads((SHIPPED_DIR.parent / "seeds" / "code-gpu.json").read_text())["rows"][0]
     for v in VARIANTS:
-        _tiny_run(Grow(seed=4, preset="code-gpu", root=kept).folder(v), "code-gpu", v)
+        folder = Grow(seed=4, preset="code-gpu", root=kept).folder(v)
+        _tiny_run(folder, "code-gpu", v)
+        path = folder / "run.json"
+        run_json = json.loads(path.read_text()) if path.is_file() else {}  # as if it read the seeds' corpus
+        run_json["python_code"] = {"sha256": seeds_corpus["corpus_sha256"], "files": seeds_corpus["corpus_files"]}
+        (folder / "run.json").write_text(json.dumps(run_json))
     assert find_grown(4, [tmp_path / "runs"]) is None
     grown = find_grown(4, [tmp_path / "runs", kept])
     assert grown.preset == "code-gpu"
@@ -182,7 +188,25 @@ def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("yours")]
     assert len(rows) == 4 and all(" / 48 " in line for line in rows[:3]) and not text.startswith("shipped")
     assert "the course's seeds of the code-gpu recipe (data/seeds/code-gpu.json)" in text
-    assert "seed 0's value (one of the course's runs)" in text and " of 48;" in text
+    assert "seed 0's value (one of the course's runs)" in text and " of 48;" in text and "not set beside" not in text
+
+
+def test_a_trio_on_another_corpus_is_not_set_beside_the_courses(tmp_path):
+    """Like with like: the shipped trio and the seeds read other python-code corpora than a trio grown on the pinned
+    one; compare() names each corpus and sets neither beside yours."""
+    grow = Grow(seed=7, preset="code", root=tmp_path)
+    for variant, name in NAMES.items():
+        shutil.copytree(SHIPPED_DIR / f"code-{name}", grow.folder(variant) / "model")
+        shutil.move(grow.folder(variant) / "model" / "history.json", grow.folder(variant) / "history.json")
+        run_json = json.loads((grow.folder(variant) / "model" / "run.json").read_text())
+        run_json["python_code"] = {"sha256": "ab" * 32, "files": 10641}
+        (grow.folder(variant) / "run.json").write_text(json.dumps(run_json))
+    text = grow.compare(measure.prose_windows(limit=2))
+    assert not any(line.startswith("shipped") for line in text.splitlines()) and "seed 0's value" not in text
+    shipped = json.loads((SHIPPED_DIR / "code-baseline" / "run.json").read_text())["python_code"]
+    assert f"yours read python-code {'ab' * 6} (10,641 files)" in text
+    assert f"the shipped trio read python-code {shipped['sha256'][:12]} ({shipped['files']:,} files)" in text
+    assert "the course's seeds (data/seeds/code.json) read" in text
 
 
 def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
@@ -204,7 +228,12 @@ def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
         assert stored["name"] == f"yours-{name}" and stored["protocol"]["windows"] == 75
     ratios = [line.split(":", 1)[1] for line in lines if line.startswith(("shipped:", "yours:"))]
     assert len(ratios) == 2 and ratios[0] == ratios[1]
-    assert "(data/seeds/code.json)" in text and "seed 0's value (the shipped models)" in text
+    rows = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())["rows"]
+    shipped = json.loads((SHIPPED_DIR / "code-baseline" / "run.json").read_text())["python_code"]["sha256"]
+    if {r["corpus_sha256"] for r in rows} == {shipped}:  # every seed on the shipped trio's corpus: set beside
+        assert "(data/seeds/code.json)" in text and "seed 0's value (the shipped models)" in text
+    else:  # seeds on other corpora are named, not set beside
+        assert "the course's seeds (data/seeds/code.json) read" in text and "seed 0's value" not in text
 
 
 def test_keep_copies_the_finished_trio_once_and_never_half(tmp_path):

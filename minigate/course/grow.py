@@ -40,6 +40,7 @@ import torch
 
 from .. import measure
 from ..presets import NAMES, PRESETS, VARIANTS
+from ..pretrained import shipped_run
 from ..runfolder import RunLock, lock_holder
 from .grow_view import GrowView
 
@@ -266,9 +267,14 @@ class Grow(GrowView):
             for folder in (self.folder(v), *([self.keep / NAMES[v]] if self.keep else [])):
                 if folder.is_dir():
                     measure.write_measurements(folder, row, prose)
-        trios = {"yours": yours}
+        mine = self.corpus()
+        trios, apart = {"yours": yours}, []  # apart: the course's trios on another corpus, named but not set beside
         if measure.shipped_variants(self.preset) == list(NAMES):
-            trios = {"shipped": measure.shipped_rows(self.preset), **trios}
+            theirs = corpus_of(shipped_run(f"{self.preset}-baseline"))
+            if theirs[0] == mine[0]:
+                trios = {"shipped": measure.shipped_rows(self.preset), **trios}
+            else:
+                apart.append(f"the shipped trio read {_corpus_text(theirs)}")
         lines = [f"{'':8s} {'model':20s} {'sink heads, T=64':>17s} {'strongest, T=64':>16s} {'above uniform':>14s} "
                  f"{'M-Act':>6s} {'val loss':>9s}"]
         for v in VARIANTS:
@@ -283,10 +289,25 @@ class Grow(GrowView):
                 f"{x[g]['m_act']:.1f}x ({g})" for g in x))
         seeds = measure.SHIPPED_DIR.parent / "seeds" / f"{self.preset}.json"
         if seeds.is_file():
-            first = "the shipped models" if "shipped" in trios else "one of the course's runs"
-            lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
-            lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), seed0=first)
+            rows = json.loads(seeds.read_text())["rows"]
+            others = sorted({(r.get("corpus_sha256"), r.get("corpus_files")) for r in rows} - {mine})
+            if not others:  # like with like: every seed read the corpus yours read
+                first = "the shipped models" if "shipped" in trios else "one of the course's runs"
+                lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
+                lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), seed0=first)
+            else:
+                apart.append(f"the course's seeds (data/seeds/{seeds.name}) read " + "; ".join(
+                    _corpus_text(c) for c in others))
+        if apart:
+            lines += ["", f"yours read {_corpus_text(mine)}; not set beside yours, as a gap could come from the data "
+                      "as well as the seed: " + "; ".join(apart)]
         return "\n".join(lines)
+
+    def corpus(self) -> tuple[str | None, int | None]:
+        """(SHA-256, files) of the python-code corpus the trio's baseline read (run.json); (None, None) unrecorded."""
+        folder = self.folder("none")
+        run_json = folder / "run.json" if (folder / "run.json").is_file() else folder / "model" / "run.json"
+        return corpus_of(json.loads(run_json.read_text())) if run_json.is_file() else (None, None)
 
     def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
         """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, with
@@ -330,6 +351,17 @@ def _group_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def corpus_of(run_json: dict) -> tuple[str | None, int | None]:
+    """(SHA-256, files) of the python-code corpus a run read, from its run.json."""
+    code = run_json.get("python_code", {})
+    return code.get("sha256"), code.get("files")
+
+
+def _corpus_text(corpus: tuple) -> str:
+    sha, files = corpus
+    return f"python-code {sha[:12]} ({files:,} files)" if sha else "a corpus it did not record"
 
 
 def find_grown(seed: int = 0, roots=("runs",)) -> Grow | None:

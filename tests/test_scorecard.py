@@ -376,3 +376,11 @@ def test_the_readme_summary_links_the_scorecard():
         "the README's summary should link lesson 08's scorecard"
     lesson = (ROOT / "solutions" / "08_beyond_the_paper.ipynb").read_text(encoding="utf-8")
     assert "sc.scorecard(" in lesson and "## The scorecard" in lesson
+
+
+def test_the_legend_states_how_twins_and_settings_combine():
+    # worst(): a setting's verdict is its worse twin's; claim_verdicts(): fragile settings left out unless all are
+    assert "worse gated twin" in sc.LEGEND and sc.MIXED in sc.LEGEND and "not fragile" in sc.LEGEND
+    twins = lambda lo, hi: ev({"headwise": Iv((lo + hi) / 2, lo, hi), "elementwise": Iv(9.0, 8.0, 10.0)})
+    assert verdict("m_act", twins(0.5, 0.9)) == "contradicted"  # one twin contradicted: so is the setting
+    assert verdict("m_act", twins(1.5, 1.9)) == "partly"  # the other clears the bar: the worse one decides

@@ -154,7 +154,10 @@ def _mark(e: Entry) -> str:
 
 
 LEGEND = ("[low, high]: the range over seeds, or a 95% bootstrap over one model's windows, rows or chunks (M-Act: "
-          "random halves)")
+          "random halves). A setting's verdict is its worse gated twin's. A claim's verdict (=>) reads its settings "
+          "that are not fragile (all of them, marked, where every one is): theirs where they agree, partly where some "
+          "are reproduced and some partly, depends on the setting where some hold and some are contradicted, within "
+          "noise or not at this scale only where nothing else shows.")
 
 
 def lines(entries: list[Entry], width: int = 116) -> list[str]:

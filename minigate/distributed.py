@@ -9,7 +9,7 @@ every rank applies the same update, and rank 0 alone writes the run folder. gloo
 
 From Python, join the processes yourself (torch.distributed.init_process_group) before train(): train() trains
 data-parallel whenever a process group is up. What minigate will not do (tensor, pipeline or expert parallelism)
-is the README's "Training across processes".
+is docs/training.md's "Training across processes".
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ markers around each in README.md and data/checkpoints/README.md:
     <!-- minigate:table code -->            the shipped code models' table (each preset with measurements.json)
     <!-- minigate:effect code -->           the sentence on what the gates do to them (a preset with all three)
     <!-- minigate:seeds code -->            the sentence on the recipe's seeds and their range
+    <!-- minigate:headline code -->         README.md's three numbers of the shipped trio (beside docs/effect.png)
+    <!-- minigate:seedline code -->         README.md's one sentence on the seeds: the direction, in how many seeds
 
 each closed by the same marker with a slash (<!-- /minigate:table code -->). scripts/ship.py and scripts/seeds.py
 rewrite the text between the markers after measuring; tests/test_release.py checks that it is what the stored numbers
 render; the README's prose check (minigate/course/prose.py) reads it as generated, like a notebook's outputs.
 
-    python scripts/readme.py          # rewrite every marked span from the stored numbers (prints what changed)
+    python scripts/readme.py          # rewrite every marked span and docs/effect.png from the stored numbers
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from minigate.pretrained import SHIPPED_DIR
 
 ROOT = Path(__file__).resolve().parent.parent  # the course checkout
 DOCS = (ROOT / "README.md", ROOT / "data" / "checkpoints" / "README.md")
+FIGURE = ROOT / "docs" / "effect.png"  # the README's figure of the shipped code trio
 
 
 def table(rows: dict, preset: str) -> str:
@@ -68,6 +71,55 @@ def seed_sentence(s: dict, preset: str = "code") -> str:
             f"elementwise (in {e['max_head_64'].helped} of {n}).")
 
 
+def headline(rows: dict) -> str:
+    """README.md's three numbers of a preset's shipped trio: sink heads at T=64, and the two ratios."""
+    b, h, e = rows["none"], rows["headwise"], rows["elementwise"]
+    x = measure.ratios(rows)
+    return (f"{b.sink_heads_64} of the baseline's {b.heads} heads are sink heads (Gu et al.'s protocol: windows of 64 "
+            f"tokens, more than 0.3 of a head's attention on the first token), against {h.sink_heads_64} headwise and "
+            f"{e.sink_heads_64} elementwise. The gates leave {x['headwise']['f_attn_excess']:.1f}x and "
+            f"{x['elementwise']['f_attn_excess']:.1f}x less first-token attention above uniform (F-Attn at T=512), "
+            f"and {x['headwise']['m_act']:.1f}x and {x['elementwise']['m_act']:.1f}x smaller M-Act (each layer's "
+            f"largest residual value, averaged over layers).")
+
+
+def seedline(s: dict, preset: str = "code") -> str:
+    """README.md's sentence on a recipe's seeds: in how many each gate moved each measure the paper's way."""
+    n, h, e = s["none"]["sink_heads_64"].seeds, s["headwise"], s["elementwise"]
+    k = lambda key: f"{h[key].helped} and {e[key].helped} of {n}"
+    return (f"Over {n} seeds of the recipe (`data/seeds/{preset}.json`), the headwise and elementwise gates lowered "
+            f"first-token attention above uniform in {k('f_attn_excess')}, M-Act in {k('m_act')} and the sink heads "
+            f"in {k('sink_heads_64')}; lesson 04 gives the ranges.")
+
+
+def figure(rows: dict, path: Path = FIGURE) -> Path:
+    """docs/effect.png: the shipped trio's sink heads at T=64, first-token attention above uniform and M-Act, as
+    bars; its PNG metadata holds the numbers drawn (tests/test_release.py reads them back)."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"sink heads of {rows['none'].heads}, T=64", "sink_heads_64"),
+              ("F-Attn above uniform, T=512", "f_attn_excess"), ("M-Act", "m_act")]
+    fig, axes = plt.subplots(1, 3, figsize=(9, 2.6))
+    drawn = {}
+    for ax, (title, key) in zip(axes, panels, strict=True):
+        values = [getattr(rows[v], key) for v in NAMES]
+        drawn[key] = values
+        ax.bar(list(NAMES.values()), values, color=["tab:gray", "tab:blue", "tab:orange"])
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(labelsize=8)
+    fig.suptitle("The shipped code models on held-out prose: the baseline and two G1 gates", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Description": json.dumps(drawn, sort_keys=True)})
+    plt.close(fig)
+    return path
+
+
 def rendered(shipped: Path = SHIPPED_DIR) -> dict[tuple[str, str], str]:
     """{(kind, preset): text} of every span the stored numbers render: each shipped preset's table, the effect
     sentence of a preset with all three models, and each recipe's seeds sentence (data/seeds/<preset>.json)."""
@@ -78,8 +130,11 @@ def rendered(shipped: Path = SHIPPED_DIR) -> dict[tuple[str, str], str]:
         out["table", preset] = f"\n{table(rows, preset)}\n\n"  # the markers on lines of their own, around the table
         if set(rows) == set(NAMES):
             out["effect", preset] = effect_summary(rows)
+            out["headline", preset] = headline(rows)
     for path in sorted((Path(shipped).parent / "seeds").glob("*.json")):
-        out["seeds", path.stem] = seed_sentence(measure.spread(measure.seed_rows(path.stem, path)), path.stem)
+        spread = measure.spread(measure.seed_rows(path.stem, path))
+        out["seeds", path.stem] = seed_sentence(spread, path.stem)
+        out["seedline", path.stem] = seedline(spread, path.stem)
     return out
 
 
@@ -95,7 +150,10 @@ def rewrite(doc: Path, spans: dict[tuple[str, str], str]) -> bool:
     return True
 
 
-def update(presets=None, docs=DOCS, shipped: Path = SHIPPED_DIR, kinds=("table", "effect", "seeds")) -> list[Path]:
+KINDS = ("table", "effect", "seeds", "headline", "seedline")
+
+
+def update(presets=None, docs=DOCS, shipped: Path = SHIPPED_DIR, kinds=KINDS) -> list[Path]:
     """Rewrite the marked spans of `docs` for `presets` (None: every preset) and `kinds` from the stored numbers;
     returns the docs that changed. A ValueError names a doc that marks none of them (the markers were deleted: put
     them back, <!-- minigate:KIND PRESET --> ... <!-- /minigate:KIND PRESET -->)."""
@@ -114,4 +172,5 @@ def update(presets=None, docs=DOCS, shipped: Path = SHIPPED_DIR, kinds=("table",
 if __name__ == "__main__":
     for path in update():
         print(f"readme: rewrote the generated text in {path}")
+    print(f"readme: drew {figure(measure.shipped_rows('code')).relative_to(ROOT)}")
     sys.exit(0)

@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     print(f"seeds: {len(rows)} rows -> {out}")
     if not args.out:
         for doc in readme.update([args.preset], [d for d in readme.DOCS if marker("seeds", args.preset)
-                                                 in d.read_text()], kinds=("seeds",)):
+                                                 in d.read_text()], kinds=("seeds", "seedline")):
             print(f"seeds: rewrote the seeds' sentence in {doc}")
     return 0
 

@@ -119,7 +119,7 @@ def shown_in(root: Path = ROOT, preset: str = "code") -> tuple[list[Path], list[
     (scripts/readme.py's markers) and the solutions notebooks that measure its models with measure_preset or
     measure_shipped, naming the preset ("code") or a model ("code-baseline", f"code-{name}"; not "code-moe-...")."""
     docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md")
-            if p.is_file() and any(marker(kind, preset) in p.read_text() for kind in ("table", "effect"))]
+            if p.is_file() and any(marker(kind, preset) in p.read_text() for kind in ("table", "effect", "headline"))]
     names = re.compile(rf'"{re.escape(preset)}(?:\\?"|-{{|-(?:{"|".join(NAMES.values())}))')  # \\?": JSON's \\"
     lessons = [p for p in sorted((root / "solutions").glob("0*.ipynb"))
                if re.search(r"measure_(?:preset|shipped)\(", p.read_text()) and names.search(p.read_text())]
@@ -149,8 +149,10 @@ def bring_along(preset: str, ship: Path, no_lessons: bool) -> None:
     if ship.resolve() != SHIPPED_DIR.resolve() or preset not in ("code", "code-moe"):
         return
     docs, lessons = shown_in(preset=preset)
-    for doc in readme.update([preset], docs, kinds=("table", "effect")):
+    for doc in readme.update([preset], docs, kinds=("table", "effect", "headline")):
         print(f"ship: rewrote the generated text in {doc.name}")
+    if preset == "code":
+        print(f"ship: drew {readme.figure(measure.shipped_rows(preset, ship)).relative_to(ROOT)}")
     if not no_lessons:
         rerun_lessons(lessons)
 

@@ -225,8 +225,8 @@ def test_lesson_headers_state_the_readme_times_and_end_with_a_self_check():
     import re
 
     readme = (course.ROOT / "README.md").read_text(encoding="utf-8")
-    study = dict(re.findall(r"^\| (\d\d) [^|]+\| about (\d+) min \|", readme, flags=re.M))
-    run = dict(re.findall(r"^\| (\d\d) [^|]+\|[^|]+\|[^|]+\| (\d+) s \|$", readme, flags=re.M))
+    study = dict(re.findall(r"^\| (\d\d) [^|]+\|[^|]+\| about (\d+) min \|", readme, flags=re.M))
+    run = dict(re.findall(r"^\| (\d\d) [^|]+\|[^|]+\| about \d+ min \| (\d+) s \|$", readme, flags=re.M))
     names = sorted(p.name for p in (course.ROOT / "solutions").glob(course.NOTEBOOK_GLOB))
     assert sorted(study) == sorted(run) == [n[:2] for n in names]
     for name in names:
@@ -314,3 +314,28 @@ def test_prose_words_counts_every_markdown_cell():
     nb = new_notebook(cells=[new_markdown_cell("# Title\nTwo words."), new_code_cell("x = 1  # not prose"),
                              new_markdown_cell("Answers: F-Attn 0.3", metadata={"tags": ["answers"]})])
     assert course.prose_words(nb) == 3 + 5  # "F-Attn 0.3" is four runs of \w
+
+
+def test_the_readme_is_a_front_door():
+    """At most 1,500 words (issue 55): what the course is, the effect, how to start, the lessons, instructors; the
+    reference lives in docs/ and the README links every page of it."""
+    from minigate.course.study import LIMITS, words
+
+    readme = (course.ROOT / "README.md").read_text(encoding="utf-8")
+    assert words(readme) <= LIMITS["readme"], f"README.md has {words(readme)} words, over {LIMITS['readme']}"
+    for page in ("package", "training", "benchmarks", "testing", "glossary", "experiments", "gpu"):
+        assert f"(docs/{page}.md)" in readme, f"the README should link docs/{page}.md"
+        assert (course.ROOT / "docs" / f"{page}.md").is_file()
+
+
+def test_report_counts_stretches_and_outputs():
+    from minigate.course.study import output_words, prose_stretches, report, words
+
+    nb = new_notebook(cells=[new_markdown_cell("one two"), new_markdown_cell("three <!-- not counted -->"),
+                             new_code_cell("x = 1"), new_markdown_cell("four five six")])
+    nb.cells[2].outputs = [new_output("stream", text="printed words here\n")]
+    assert words("a b_c <!-- d e -->") == 2
+    assert prose_stretches(nb) == [(0, 3), (3, 3)]
+    assert output_words(nb) == [(2, 3)]
+    lines = report(course.ROOT)
+    assert lines[0].startswith("README.md:") and len(lines) == 2 + 8 + 1

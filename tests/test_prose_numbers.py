@@ -8,7 +8,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from minigate.course.prose import generated_sources, prose_numbers, readme_paragraphs, readme_unsourced, unprinted
+from minigate.course.prose import (FRONT_DOCS, generated_sources, prose_numbers, readme_paragraphs, readme_unsourced,
+                                    unprinted)
 from minigate.course.published import PUBLISHED, README_QUOTED
 from minigate.course import ROOT
 
@@ -50,23 +51,25 @@ def test_every_published_figure_is_still_quoted_where_the_list_says(lesson):
     assert all(source.strip() for source in PUBLISHED[lesson].values())
 
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = {name: (ROOT / name).read_text(encoding="utf-8") for name in FRONT_DOCS}
 
 
-def test_the_readme_states_only_numbers_a_generated_source_prints():
-    """Every decimal and ratio of the README's hand-written paragraphs is printed by a notebook's outputs, the READMEs'
-    generated text (scripts/readme.py), a data/seeds file as the lessons print it, a table of docs/gpu.md or the
-    lessons' study times, or is one of the README's own quoted figures with its source (published.README_QUOTED)."""
-    missing = readme_unsourced(README, generated_sources(ROOT), README_QUOTED)
-    assert not missing, (f"the README states numbers no generated source prints (paragraph, number): {missing}; "
+@pytest.mark.parametrize("doc", FRONT_DOCS)
+def test_the_readme_states_only_numbers_a_generated_source_prints(doc):
+    """Every decimal and ratio of the README's hand-written paragraphs (and of the reference pages it links in docs/)
+    is printed by a notebook's outputs, the READMEs' generated text (scripts/readme.py), a data/seeds file as the
+    lessons print it, a table of docs/gpu.md or the lessons' study times, or is one of the README's own quoted figures
+    with its source (published.README_QUOTED)."""
+    missing = readme_unsourced(DOCS[doc], generated_sources(ROOT), README_QUOTED)
+    assert not missing, (f"{doc} states numbers no generated source prints (paragraph, number): {missing}; "
                          "restate them from a source, or list a figure measured once with where it was measured in "
                          "minigate/course/published.py's README_QUOTED")
 
 
 def test_every_readme_quoted_figure_is_still_in_the_readme():
-    stated = {n for para in readme_paragraphs(README) for n in prose_numbers(para)}
+    stated = {n for text in DOCS.values() for para in readme_paragraphs(text) for n in prose_numbers(para)}
     stale = sorted(set(README_QUOTED) - stated)
-    assert not stale, f"README_QUOTED lists {stale}, which the README no longer states"
+    assert not stale, f"README_QUOTED lists {stale}, which neither the README nor its docs/ pages state any longer"
     assert all(source.strip() for source in README_QUOTED.values())
 
 
@@ -75,7 +78,7 @@ def test_the_sources_are_the_generated_ones():
     what the lessons print of each seeds file, docs/gpu.md's tables."""
     names = set(generated_sources(ROOT))
     assert {f"solutions/{p.name} (outputs)" for p in SOLUTIONS} <= names
-    assert {"README.md (effect code, scripts/readme.py)", "README.md (seeds code, scripts/readme.py)",
+    assert {"README.md (headline code, scripts/readme.py)", "README.md (seedline code, scripts/readme.py)",
             "data/checkpoints/README.md (table code, scripts/readme.py)",
             "data/checkpoints/README.md (table code-moe, scripts/readme.py)",
             "data/seeds/code.json (measure.spread_lines)", "docs/gpu.md (tables)"} <= names

@@ -63,13 +63,29 @@ def test_every_generated_span_of_the_readmes_is_what_the_stored_numbers_render()
             assert stored["protocol"]["windows"] == 75 and r.sink_heads_64 == round(r.sink_rate_64 * r.heads)
     rendered = readme.rendered()
     spans = {doc.relative_to(readme.ROOT).as_posix(): generated_spans(doc.read_text()) for doc in readme.DOCS}
-    assert set(spans["README.md"]) == {("effect", "code"), ("seeds", "code")}
+    assert set(spans["README.md"]) == {("headline", "code"), ("seedline", "code")}
     assert set(spans["data/checkpoints/README.md"]) == {("table", "code"), ("table", "code-moe"), ("effect", "code"),
                                                          ("seeds", "code")}
     for doc, found in spans.items():
         for key, text in found.items():
             assert text == rendered[key], (doc, key)
     assert "1.9x and 2.4x smaller M-Act" in rendered["effect", "code"]  # not called massive: lesson 04
+    assert "massive" not in rendered["headline", "code"]
+
+
+def test_the_readme_figure_draws_the_shipped_numbers(tmp_path):
+    """docs/effect.png, the README's figure, draws the shipped trio's numbers (its PNG metadata holds them), and
+    readme.figure draws them again from measurements.json."""
+    import json
+
+    from PIL import Image
+
+    rows = measure.shipped_rows("code")
+    want = {k: [getattr(rows[v], k) for v in NAMES] for k in ("sink_heads_64", "f_attn_excess", "m_act")}
+    stored = json.loads(Image.open(readme.FIGURE).info["Description"])
+    assert stored == want, "docs/effect.png is stale: run python scripts/readme.py"
+    drawn = json.loads(Image.open(readme.figure(rows, tmp_path / "effect.png")).info["Description"])
+    assert drawn == want and drawn["sink_heads_64"][0] > max(drawn["sink_heads_64"][1:])
 
 
 def test_readme_update_rewrites_only_between_the_markers(tmp_path):

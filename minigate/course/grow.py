@@ -45,7 +45,7 @@ from ..runfolder import RunLock, lock_holder
 from .grow_view import GrowView
 
 GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100, 265 s for three on an H200; a T4 projected at 4-15 min
-CPU_RECIPE = "code"  # the shipped models' recipe (docs/gpu.md, README: its times per machine)
+CPU_RECIPE = "code"  # the shipped models' recipe (docs/gpu.md, docs/training.md: its times per machine)
 RECIPES = (GPU_RECIPE, CPU_RECIPE)  # what find_grown looks for
 DRIVE = Path("/content/drive")  # where Colab mounts Google Drive
 KEPT = ("model", "run.json", "history.json", "measurements.json")  # what keep= copies of a finished run (not its

@@ -53,6 +53,9 @@ def unprinted(nb, lesson: str) -> list[tuple[int, str]]:
 
 # ── the README: its hand-written paragraphs against the generated sources ─────────────────────────────────────────
 
+# the README and the reference pages it moved to docs/: their prose is held to the same sources
+FRONT_DOCS = ("README.md", "docs/package.md", "docs/training.md", "docs/benchmarks.md", "docs/testing.md")
+
 _FENCE = re.compile(r"```.*?```", re.S)
 _VERSION_AFTER = r"(?:>=|==|<=|~=|\bv)\s*\d+\.\d+(?:\.\d+)*"  # a version pin, not a measurement
 # the READMEs' generated text, as scripts/readme.py writes it: <!-- minigate:KIND PRESET -->the text<!-- /minigate:KIND

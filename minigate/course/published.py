@@ -49,16 +49,16 @@ PUBLISHED: dict[str, dict[str, str]] = {
 # The README's own figures that no generated source prints (course/prose.py, generated_sources): measured once by a
 # benchmark or a run on a named machine and quoted, each with where it was measured. A test fails when the README no
 # longer states one; any other decimal or ratio in the README's prose must be printed by a generated source.
-_BENCH = "python -m minigate.bench {}, on the 2-core dev machine (README, Benchmarks)"
+_BENCH = "python -m minigate.bench {}, on the 2-core dev machine (docs/benchmarks.md)"
 README_QUOTED: dict[str, str] = {
     **{n: _BENCH.format("model") for n in ("1.00x", "1.06x", "0.99x")},
     **{n: _BENCH.format("train") for n in ("1.19x", "7.9", "6.7", "0.09x", "1.24x", "1.04x", "0.96x", "0.98x",
                                            "1.01x", "1.2x")},
     **{n: _BENCH.format("ablation") for n in ("1.02x", "0.94x", "1.54x", "4.3x", "0.02", "0.8x", "7.6")},
-    "3x": "the speed-up the batched ablation engine aimed for (README, Benchmarks): an aim, not a measurement",
+    "3x": "the speed-up the batched ablation engine aimed for (docs/benchmarks.md): an aim, not a measurement",
     **{n: _BENCH.format("ddp") for n in ("1.03x", "21.1", "20.5", "0.86x")},
     "0.087": "tests/test_distributed.py's runs: 2 gloo processes against 1 at the ci preset's lr, 100 steps",
     **{n: "docs/gpu.md, 'Measured on an H100': three runs of three of the recipe that became code-gpu"
        for n in ("3.6", "5.4x", "7x")},
-    "0.6": "the python-code corpus read back from the token cache on 2 CPU cores (README, The GPU track)",
+    "0.6": "the python-code corpus read back from the token cache on 2 CPU cores (docs/training.md, The GPU track)",
 }

@@ -55,3 +55,60 @@ def study_minutes(nb: nbformat.NotebookNode) -> int:
     exercise_minutes = sum(budgets) + DEFAULT_BUDGET * (exercises - len(budgets))
     minutes = words / 120 + lines / 6 + output / 20 + exercise_minutes + 5
     return 5 * round(minutes / 5)
+
+
+# ── the editor's limits (issue 55): what a learner reads before and in each lesson ─────────────────────────────────
+LIMITS = {"readme": 1500, "lessons": 13000, "lesson": 1900, "stretch": 250, "output": 300}
+
+
+def words(text: str) -> int:
+    """Words as the course counts them (runs of letters, digits and underscores), HTML comments left out."""
+    return len(re.findall(r"\w+", re.sub(r"<!--.*?-->", " ", text, flags=re.S)))
+
+
+def prose_stretches(nb: nbformat.NotebookNode) -> list[tuple[int, int]]:
+    """(first markdown cell, words) of each run of markdown cells with no code cell between them."""
+    runs, start, n = [], None, 0
+    for i, cell in enumerate([*nb.cells, nbformat.v4.new_code_cell()]):
+        if cell.cell_type == "markdown":
+            start, n = (i if start is None else start), n + words(cell.source)
+        elif start is not None:
+            runs.append((start, n))
+            start, n = None, 0
+    return runs
+
+
+def output_words(nb: nbformat.NotebookNode) -> list[tuple[int, int]]:
+    """(code cell, words) of what each code cell prints or displays as text (its plain-text outputs)."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                           for o in cell.get("outputs", []) if o.get("output_type") != "error")
+            out.append((i, words(text)))
+    return out
+
+
+def report(root) -> list[str]:
+    """The counts the editor's limits (LIMITS) hold: the README's words, each lesson's markdown (lessons/), its longest
+    prose stretch and its wordiest output (solutions/, where the outputs are stored), each marked over or within."""
+    from pathlib import Path
+
+    root = Path(root)
+    mark = lambda n, limit: f"{n:>6,}{' over' if n > limit else ''}"
+    readme = words((root / "README.md").read_text(encoding="utf-8"))
+    lines = [f"README.md: {mark(readme, LIMITS['readme'])} words (at most {LIMITS['readme']:,})",
+             f"{'lesson':34s} {'words':>11s} {'longest prose (cell)':>24s} {'wordiest output (cell)':>26s}"]
+    total = 0
+    for path in sorted((root / "lessons").glob("0*.ipynb")):
+        nb, sol = nbformat.read(path, as_version=4), nbformat.read(root / "solutions" / path.name, as_version=4)
+        n = prose_words(nb)
+        total += n
+        cell, stretch = max(prose_stretches(nb), key=lambda r: r[1])
+        ocell, out = max(output_words(sol), key=lambda r: r[1])
+        lines.append(f"{path.stem:34s} {mark(n, LIMITS['lesson']):>11s} "
+                     f"{mark(stretch, LIMITS['stretch']) + f' ({cell})':>24s} "
+                     f"{mark(out, LIMITS['output']) + f' ({ocell})':>26s}")
+    lines.append(f"{'all lessons':34s} {mark(total, LIMITS['lessons']):>11s}   limits: {LIMITS['lesson']:,} a lesson, "
+                 f"{LIMITS['lessons']:,} in all, {LIMITS['stretch']} a prose stretch, {LIMITS['output']} an output")
+    return lines

@@ -1,18 +1,20 @@
-"""Lesson 03's checks. bos_tracker: other correct callbacks pass, a wrong share no typical mistake explains gets the
-generic hint, and the reference records in train() what the package's attention_sink measures. sink_head_interval:
-minigate.stats.t_quantile against the tables, the check's models clear of the threshold, the reference's interval, a
-correct answer written otherwise, the hints for a wrong count and a wrong interval, and the count of trained models.
-That the references pass and a stub falls back is tests/test_checks.py's, and that each typical mistake earns its hint
-tests/test_check_mutations.py's, for every check."""
+"""Lesson 03's checks. bos_tracker: a callback written otherwise passes, one built on the package's measures
+(attention_sink, published_measures, sink_tracker) is refused with their hint, a wrong share no typical mistake
+explains gets the generic hint, and the reference records in train() what the package's attention_sink measures.
+sink_head_interval: minigate.stats.t_quantile against the tables, the check's models clear of the threshold, the
+reference's interval, a correct answer written otherwise, the hints for a wrong count and a wrong interval, and the
+count of trained models. That the references pass and a stub falls back is tests/test_checks.py's, and that each
+typical mistake earns its hint tests/test_check_mutations.py's, for every check."""
 
 import dataclasses
+import sys
 
 import pytest
 import torch
 
 import minigate
-from minigate import data
-from minigate.analysis import SINK_THRESHOLD, attention_sink, uniform_first_token_share
+from minigate import analysis, data
+from minigate.analysis import SINK_THRESHOLD, attention_sink, sink_tracker, uniform_first_token_share
 from minigate.course import checks
 from minigate.course.checks import lesson03 as l3
 from minigate.presets import PRESETS, model_config
@@ -20,14 +22,60 @@ from minigate.stats import t_quantile
 from minigate.train import train
 
 
-def test_a_callback_built_on_attention_sink_passes(capsys):
+def _tracker_on(share_of):
+    """A correct tracker built on a package measure: share_of(model, tokens) -> the (layer, head) shares."""
     def tracker(tokens):
         def callback(step, model, history):
-            share = attention_sink(model, tokens).share  # (layer, head), float32
+            share = share_of(model, tokens)
             layer, head = divmod(int(share.argmax()), share.shape[1])
-            return {"max_head": share.max().item(), "layer": layer, "head": head, "step_seen": step}
+            return {"max_head": share.max().item(), "layer": layer, "head": head}
         return callback
+    return tracker
+
+
+def _tracker_on_published_measures(tokens):
+    def callback(step, model, history):
+        m = minigate.analysis.published_measures(model, tokens)
+        return {"max_head": m.max_head, "layer": m.max_head_at[0], "head": m.max_head_at[1]}
+    return callback
+
+
+def _shares_by_hooks(model, tokens):  # each head's mean on key 0, collected by a hook of one's own: the steps
+    shares = {}
+
+    def keep(pattern, hook):
+        shares[hook.layer] = pattern[..., 0].mean((0, 2))
+
+    model.run_with_hooks(tokens, fwd_hooks=[(lambda name: name.endswith("attn.hook_pattern"), keep)])
+    return torch.stack([shares[layer] for layer in range(model.cfg.n_layers)])
+
+
+def test_a_tracker_that_collects_the_pattern_with_its_own_hook_passes(capsys):
+    tracker = _tracker_on(_shares_by_hooks)
     assert checks.bos_tracker(tracker) is tracker
+
+
+ONE_CALL_TRACKERS = [  # (label, a learner's bos_tracker built on the package's measures, the measure it calls first)
+    ("attention_sink imported by name", _tracker_on(lambda m, t: attention_sink(m, t).share), "attention_sink"),
+    ("analysis.attention_sink", _tracker_on(lambda m, t: analysis.attention_sink(m, t).share), "attention_sink"),
+    ("minigate.analysis.published_measures", _tracker_on_published_measures, "published_measures"),
+    ("sink_tracker imported by name", lambda tokens: sink_tracker(tokens), "sink_tracker"),
+]
+
+
+@pytest.mark.parametrize("label, answer, called", ONE_CALL_TRACKERS, ids=[a[0] for a in ONE_CALL_TRACKERS])
+def test_a_tracker_built_on_the_packages_measures_is_refused(label, answer, called, capsys):
+    """The exercise asks for the steps (run_with_cache, each head's mean on key 0, the largest head): a tracker that
+    calls attention_sink, published_measures or sink_tracker, which the lesson compares it with, fails with the
+    hint naming it, in one line; the refusal ends with the answer's run (the package and the reference still run)."""
+    with pytest.raises(AssertionError):
+        checks.bos_tracker(answer)
+    hint = l3._refused_measures()[getattr(analysis, called)]
+    assert capsys.readouterr().out == f"✗ bos_tracker, case tiny baseline, 3 layers x 4 heads (2 value heads): {hint}\n"
+    assert sys.getprofile() is None
+    tokens = l3._tokens(0, 3, 10)
+    assert attention_sink(l3._tracker_model(0), tokens).share.shape == (3, 4)
+    assert checks.bos_tracker(checks.reference_bos_tracker) is checks.reference_bos_tracker
 
 
 def test_an_unrecognised_wrong_share_gets_the_generic_hint(capsys):

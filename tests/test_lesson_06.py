@@ -1,16 +1,22 @@
 """Lesson 06's checks, gate_override, predict_bos_cost and forbid_bos: answers written otherwise pass, shape errors
-and a lone pair name the fix, any well-formed prediction is recorded; and the references agree with plain computations
-on a shipped model. That the references pass and a stub falls back is tests/test_checks.py's, and that each typical
-mistake earns its hint tests/test_check_mutations.py's, for every check."""
+and a lone pair name the fix, any well-formed prediction is recorded, an answer that calls the library's overrides
+is refused however they were imported; the references write the hooks the library does and agree with plain
+computations on a shipped model. That the references pass and a stub falls back is tests/test_checks.py's, and that
+each typical mistake earns its hint tests/test_check_mutations.py's, for every check."""
+
+import sys
 
 import pytest
 import torch
 
 import minigate
 from minigate import ablation as ab
+from minigate import overrides as ov
 from minigate.course import checks
+from minigate.course.checks import lesson06 as l6
 from minigate.course.checks.lesson06 import _gate_override as G
 from minigate.data import copy_task
+from minigate.overrides import close_head, forbid_bos, force_layer, set_gates
 
 
 def test_gate_override_in_place_edit_that_returns_passes(capsys):
@@ -98,3 +104,89 @@ def test_forbid_bos_reference_on_the_copy_model_moves_the_weight_off_bos():
     torch.testing.assert_close(after[:, [0, 1, 2]], before[:, [0, 1, 2]])
     forbidden = ab.perplexity(model, copy_task(8, seed=3), checks.reference_forbid_bos(model, 0, 3), ci=False)
     assert forbidden.loss > ab.perplexity(model, copy_task(8, seed=3), ci=False).loss + 1  # lesson 01: it matters
+
+
+# ── the library's one-call answers are refused, however they were imported ──────────────────────────
+
+ONE_CALL_OVERRIDES = [  # (label, a learner's gate_override that calls the library, the override it calls first)
+    ("force_layer imported by name", lambda m, L, v, h=None: force_layer(m, L, v), "force_layer"),
+    ("close_head imported by name", lambda m, L, v, h=None: close_head(m, L, h or 0, v), "close_head"),
+    ("set_gates imported by name", lambda m, L, v, h=None: set_gates(m, v, [L]), "set_gates"),
+    ("ov.force_layer / ov.close_head",
+     lambda m, L, v, h=None: ov.force_layer(m, L, v) if h is None else ov.close_head(m, L, h, v), "close_head"),
+    ("minigate.overrides.force_layer", lambda m, L, v, h=None: minigate.overrides.force_layer(m, L, v),
+     "force_layer"),
+    ("ov.Edit as the hook", lambda m, L, v, h=None: [(f"blocks.{L}.attn.hook_gate", ov.Edit("set", v, h))], "Edit"),
+]
+
+
+@pytest.mark.parametrize("label, answer, called", ONE_CALL_OVERRIDES, ids=[a[0] for a in ONE_CALL_OVERRIDES])
+def test_gate_override_refuses_the_librarys_overrides_only_inside_the_answer(label, answer, called, capsys):
+    """An answer that calls overrides.force_layer, close_head or set_gates (or returns their Edit hook) fails on the
+    first case with the hint naming it, in one line; the refusal ends with the answer's run: the library and the
+    reference, which writes the hook itself, still work and pass."""
+    with pytest.raises(AssertionError):
+        checks.gate_override(answer)
+    out = capsys.readouterr().out
+    assert out == f"✗ gate_override, case headwise, layer 1, head 2 = 0.0: {l6._override_hint(called)}\n", out
+    assert sys.getprofile() is None  # nothing left behind
+    assert ov.close_head(l6._gated_model(0, "headwise"), 1, 2)[0][0] == "blocks.1.attn.hook_gate"
+    assert checks.gate_override(checks.reference_gate_override) is checks.reference_gate_override
+
+
+def _learners_forbid_bos():
+    def forbid_bos(model, layer, head=None):  # the learner's own, shadowing the library's name: calls it by path
+        return minigate.overrides.forbid_bos(model, layer, head)
+    return forbid_bos
+
+
+ONE_CALL_FORBIDS = [
+    ("imported by name", lambda m, L, h=None: forbid_bos(m, L, h)),
+    ("ov.forbid_bos", lambda m, L, h=None: ov.forbid_bos(m, L, h)),
+    ("the learner's forbid_bos calls minigate.overrides.forbid_bos", _learners_forbid_bos()),
+]
+
+
+@pytest.mark.parametrize("label, answer", ONE_CALL_FORBIDS, ids=[a[0] for a in ONE_CALL_FORBIDS])
+def test_forbid_bos_refuses_the_librarys_forbid_bos_only_inside_the_answer(label, answer, capsys):
+    with pytest.raises(AssertionError):
+        checks.forbid_bos(answer)
+    assert capsys.readouterr().out == f"✗ forbid_bos, case baseline, layer 2, head 1: {l6.FORBID_BOS_HINT}\n"
+    assert sys.getprofile() is None
+    assert checks.forbid_bos(checks.reference_forbid_bos) is checks.reference_forbid_bos
+
+
+def test_the_refusal_restores_a_profile_function_set_before_the_check(capsys):
+    def profiler(frame, event, arg):
+        pass
+
+    sys.setprofile(profiler)
+    try:
+        with pytest.raises(AssertionError, match="calls overrides.forbid_bos"):
+            checks.forbid_bos(ov.forbid_bos)
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
+
+
+def test_the_references_write_the_hooks_the_library_does():
+    """The references are the library's overrides written as hooks (so that the checks can refuse an answer that
+    calls the library): the same hook points and the same logits, bit for bit, and a row with nothing but <bos>
+    stays 0, as in overrides.forbid_bos."""
+    x = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(0))
+    for seed, gran in enumerate(["headwise", "elementwise"]):
+        model = l6._gated_model(seed, gran)
+        for layer, value, head in [(1, 0.0, 2), (0, 0.3, None), (2, 1.0, 3), (1, 0.25, 0)]:
+            lib = ov.force_layer(model, layer, value) if head is None else ov.close_head(model, layer, head, value)
+            ref = checks.reference_gate_override(model, layer, value, head)
+            assert [n for n, _ in ref] == [n for n, _ in lib]
+            assert torch.equal(model.run_with_hooks(x, fwd_hooks=ref), model.run_with_hooks(x, fwd_hooks=lib))
+    model = l6._bos_model(2, n_heads=6, n_kv_heads=3, head_dim=4)
+    for layer, head in [(0, None), (2, 5), (1, 0)]:
+        lib, ref = ov.forbid_bos(model, layer, head), checks.reference_forbid_bos(model, layer, head)
+        assert [n for n, _ in ref] == [n for n, _ in lib]
+        assert torch.equal(model.run_with_hooks(x, fwd_hooks=ref), model.run_with_hooks(x, fwd_hooks=lib))
+    pattern = torch.zeros(1, 2, 3, 3)
+    pattern[..., 0] = 1.0  # every query on <bos> alone: nothing left to renormalise over
+    (_, forbid), = checks.reference_forbid_bos(model, 0)
+    assert torch.equal(forbid(pattern, None), ov.forbid_bos(model, 0)[0][1](pattern))

@@ -24,7 +24,8 @@ import functools
 import inspect
 import os
 import re
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -223,7 +224,8 @@ def _last_line(e: BaseException) -> str:
 def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequence[Case],
           mistakes: Sequence[Mistake] = (), atol: float = 1e-5, rtol: float = 1e-4, *,
           raises: Sequence[RaiseHint] = (), index_label: Callable | None = None,
-          explain: Callable | None = None, wrap: Callable | None = None, accepted: str | None = None) -> Callable:
+          explain: Callable | None = None, wrap: Callable | None = None, accepted: str | None = None,
+          refuse: Mapping[Callable, str] | None = None) -> Callable:
     """Compare learner_fn with reference_fn on every case; see the module docstring for what it returns.
     mistakes: the exercise's typical mistakes (its lesson module's MISTAKES[name]), each a function with the learner's
     signature; raises: hints for exceptions the learner's function raises; index_label(index tuple) -> "step 81"
@@ -231,10 +233,13 @@ def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequen
     wrap(f) -> the function of a case's arguments whose outputs are compared, for an exercise whose answer must be
     run or read first (it may raise Mismatch): applied alike to the learner's function, the reference and each
     mistake, while the check still returns the learner's function or the reference itself; accepted: what the line
-    of an accepted answer says after the name, "recorded (...)" for an answer that cannot be wrong (PASSED_RE)."""
+    of an accepted answer says after the name, "recorded (...)" for an answer that cannot be wrong (PASSED_RE);
+    refuse: {library function: hint}, the library's one-call answers to an exercise that asks for the steps: a case in
+    which the learner's run calls one fails with its hint (refusing(); the reference and the mistakes may call them)."""
     tol = (atol, rtol)
     run = wrap or (lambda f: f)
     learner, reference = run(learner_fn), run(reference_fn)
+    learner = refusing(learner, refuse) if refuse else learner
     wrongs = [(run(wrong), hint) for _, wrong, hint in mistakes]
     clone = lambda args: tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
     for label, args in cases:
@@ -266,6 +271,40 @@ def check(name: str, learner_fn: Callable, reference_fn: Callable, cases: Sequen
         _fail(f"✗ {name}, case {label}: {hint}")
     print(f"✓ {name}: {accepted or f'passed ({len(cases)} case' + ('s' if len(cases) != 1 else '') + ')'}")
     return learner_fn
+
+
+def refusing(fn: Callable, refuse: Mapping[Callable, str]) -> Callable:
+    """fn, run so that a call to one of `refuse`'s Python functions while it runs (from fn, from anything it calls,
+    from the hooks or the callback it built, which the check runs inside fn's run) raises Mismatch(that function's
+    hint) once fn is done. The call is recognised by its code object, not by a name: a profile function
+    (sys.setprofile), set for fn's run alone, looks at every Python frame that starts. So it is caught however the
+    learner reached the function (`from minigate.overrides import forbid_bos`, `ov.forbid_bos`,
+    `minigate.overrides.forbid_bos`, an alias), even when the learner's own function shadows the library's name;
+    the reference and the mistakes, run outside fn, call the library freely. The profile function only records the
+    first refused call and never raises (the refused function runs as usual); the Mismatch comes after."""
+    hints = {inspect.unwrap(f).__code__: hint for f, hint in refuse.items()}
+
+    def guarded(*args):
+        called = []
+
+        def profile(frame, event, arg):
+            if event == "call" and not called and frame.f_code in hints:
+                called.append(hints[frame.f_code])
+
+        previous = sys.getprofile()
+        sys.setprofile(profile)
+        try:
+            out = fn(*args)
+        except Exception as e:
+            if called:  # the refused call first: whatever failed after it is not the point
+                raise Mismatch(called[0]) from e
+            raise
+        finally:
+            sys.setprofile(previous)
+        if called:
+            raise Mismatch(called[0])
+        return out
+    return guarded
 
 
 def _raised_by(e: BaseException, fn: Callable) -> bool:

@@ -134,9 +134,26 @@ MISTAKES["bos_tracker"] = [
 ]
 
 
+def _tracker_hint(name: str, what: str) -> str:
+    return (f"your tracker calls analysis.{name}: the exercise asks for the steps themselves (run_with_cache on every "
+            "blocks.{L}.attn.hook_pattern, each head's mean attention on key 0, the largest head); " + what)
+
+
+def _refused_measures() -> dict[Callable, str]:
+    """The library's one-call answers to bos_tracker: its tracker and the measures that hold max_head and its head."""
+    from ... import analysis
+
+    return {analysis.sink_tracker: _tracker_hint("sink_tracker", "sink_tracker is the package's own tracker"),
+            analysis.published_measures: _tracker_hint("published_measures", "its max_head is what the package's "
+                                                       "tracker records"),
+            analysis.attention_sink: _tracker_hint("attention_sink", "attention_sink is what the copy-task cell "
+                                                   "compares your tracker with")}
+
+
 def bos_tracker(fn: Callable) -> Callable:
     """fn(tokens) -> a train() callback (step, model, history) -> {"max_head", "layer", "head"}; checked by calling
-    the callback on tiny models as train() does; see reference_bos_tracker."""
+    the callback on tiny models as train() does; see reference_bos_tracker. An answer that calls the package's
+    measures (sink_tracker, published_measures, attention_sink) fails with its hint: the lesson asks for the steps."""
     cases = [("tiny baseline, 3 layers x 4 heads (2 value heads)", (_tracker_model(0), _tokens(0, 3, 10))),
              ("tiny gated model, 2 layers x 3 heads", (_tracker_model(1, "G1", 2, 3, 3), _tokens(1, 2, 12))),
              ("tiny baseline, 4 layers x 2 heads", (_tracker_model(3, n_layers=4, n_heads=2, n_kv_heads=1),
@@ -144,7 +161,7 @@ def bos_tracker(fn: Callable) -> Callable:
     raises = [(r"KeyError", "names_filter decides what the cache keeps: let through blocks.{L}.attn.hook_pattern "
                             "for every layer L, e.g. names_filter=lambda name: name.endswith('attn.hook_pattern')")]
     return check("bos_tracker", fn, reference_bos_tracker, cases, MISTAKES["bos_tracker"], atol=1e-6, rtol=1e-5,
-                 raises=raises, wrap=_tracked, index_label=lambda idx: repr(KEYS[idx[0]]))
+                 raises=raises, wrap=_tracked, index_label=lambda idx: repr(KEYS[idx[0]]), refuse=_refused_measures())
 
 
 # ── sink heads over seeds, with a t interval ──────────────────────────────────────────────────────────

@@ -20,10 +20,9 @@ MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, eac
 
 def reference_gate_override(model, layer, value, head=None):
     """fwd_hooks [(hook name, fn)] that set the gate scores of layer `layer` (of its head `head` only, if given)
-    to `value`: the overrides of minigate.overrides.force_layer and close_head."""
-    from ... import overrides as ov
-
-    return ov.force_layer(model, layer, value) if head is None else ov.close_head(model, layer, head, value)
+    to `value`: the overrides of minigate.overrides.force_layer and close_head, written as the hook itself
+    (tests/test_lesson_06.py checks it against them), so that the check can refuse an answer that calls them."""
+    return _gate_override(model, layer, value, head)
 
 
 def _gate_override(model, layer, value, head=None, index="head axis", every_layer=False, returns=True,
@@ -83,9 +82,23 @@ MISTAKES["gate_override"] = [
 ]
 
 
+def _override_hint(name: str) -> str:
+    return (f"your function calls overrides.{name}: the exercise asks for the hook itself, a function of (gate, hook) "
+            "that returns the new gate scores, on f'blocks.{layer}.attn.hook_gate'; overrides.force_layer and "
+            "close_head are what the check compares your hooks with")
+
+
+def _refused_overrides() -> dict[Callable, str]:
+    """The library's one-call answers to gate_override: the overrides themselves and the Edit hook they return."""
+    from ... import overrides as ov
+
+    return {f: _override_hint(name) for name, f in [("force_layer", ov.force_layer), ("close_head", ov.close_head),
+                                                    ("set_gates", ov.set_gates), ("Edit", ov.Edit.apply)]}
+
+
 def gate_override(fn: Callable) -> Callable:
     """fn(model, layer, value, head=None) -> fwd_hooks; checked by running tiny headwise and elementwise models
-    with its hooks against overrides.force_layer / close_head."""
+    with its hooks against overrides.force_layer / close_head, which an answer must not call itself."""
     models = {gran: _gated_model(seed, gran) for seed, gran in enumerate(["headwise", "elementwise"])}
     tokens = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(6))
     cases = [(f"{gran}, layer {layer}, " + (f"head {head}" if head is not None else "every head") + f" = {value}",
@@ -96,7 +109,7 @@ def gate_override(fn: Callable) -> Callable:
     raises = [(r"IndexError", "a headwise gate is (batch, pos, head), an elementwise one (batch, pos, head, d_head): "
                               "gate[:, :, head] picks the head in both")]
     return check("gate_override", fn, reference_gate_override, cases, MISTAKES["gate_override"], atol=1e-5,
-                 rtol=1e-4, raises=raises, wrap=_logits_under)
+                 rtol=1e-4, raises=raises, wrap=_logits_under, refuse=_refused_overrides())
 
 
 # ── predict, then measure: what forbidding <bos> costs each copy model ────────────────────────────────────
@@ -218,10 +231,22 @@ def predict_bos_cost(fn: Callable) -> Callable:
 def reference_forbid_bos(model, layer, head=None):
     """fwd_hooks [(hook name, fn)] that forbid attention to <bos> (key 0) in layer `layer` (in its head `head` only,
     if given): every query but query 0 gets weight 0 on key 0, and its row is renormalised over the other keys
-    (minigate.overrides.forbid_bos)."""
-    from ... import overrides as ov
+    (minigate.overrides.forbid_bos, written as the hook itself: tests/test_lesson_06.py checks it against it, and
+    the check refuses an answer that calls it)."""
+    heads = slice(None) if head is None else head
 
-    return ov.forbid_bos(model, layer, head)
+    def forbid(pattern, hook):  # pattern (batch, head, query, key)
+        p = pattern.clone()
+        p[:, heads, 1:, 0] = 0
+        total = p.sum(-1, keepdim=True)  # a row left with nothing (every other key underflowed) stays 0, not 0/0
+        return torch.where(total > 0, p / total, p)
+
+    return [(f"blocks.{layer}.attn.hook_pattern", forbid)]
+
+
+FORBID_BOS_HINT = ("your function calls overrides.forbid_bos: the exercise asks for the hook itself, a function of "
+                   "(pattern, hook) that zeroes key 0 for queries 1.. on f'blocks.{layer}.attn.hook_pattern' and "
+                   "renormalises the rows; overrides.forbid_bos is what the check compares your hooks with")
 
 
 def _forbid_bos(model, layer, head=None, first_query=1, axis="key", renorm="row sum", all_heads=False,
@@ -304,7 +329,9 @@ MISTAKES["forbid_bos"] = [
 
 def forbid_bos(fn: Callable) -> Callable:
     """fn(model, layer, head=None) -> fwd_hooks that forbid attention to <bos>; checked by running tiny models with
-    its hooks against overrides.forbid_bos."""
+    its hooks against overrides.forbid_bos, which an answer must not call itself."""
+    from ... import overrides as ov
+
     models = {"baseline": _bos_model(0), "headwise": _bos_model(1, "G1"),
               "baseline, 6 heads x 4, 3 kv heads": _bos_model(2, n_heads=6, n_kv_heads=3, head_dim=4)}
     tokens = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(6))
@@ -316,5 +343,5 @@ def forbid_bos(fn: Callable) -> Callable:
     raises = [(r"IndexError", "the pattern is (batch, head, query, key): key 0 of queries 1.. of head h is "
                               "pattern[:, h, 1:, 0]")]
     return check("forbid_bos", fn, reference_forbid_bos, cases, MISTAKES["forbid_bos"], atol=1e-5, rtol=1e-4,
-                 raises=raises, explain=_nan_hint, wrap=_logits_forbidding,
+                 raises=raises, explain=_nan_hint, wrap=_logits_forbidding, refuse={ov.forbid_bos: FORBID_BOS_HINT},
                  index_label=lambda idx: f"batch {idx[0]}, position {idx[1]}, logit {idx[2]}")

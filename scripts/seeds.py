@@ -8,8 +8,9 @@ Seed 0 is the shipped trio (data/checkpoints/<preset>-*: its measurements.json, 
 seed is three finished `minigate train` folders, {name} standing for baseline, headwise and elementwise: lesson 03's
 GROW switch writes runs/<preset>-seed<N>/<name>. Each is measured with measure.measure_folder on the 75 held-out
 windows (the shipped models' windows: the SHA-256 is checked), from the run's own fp32 weights. The seeds' weights
-are not shipped; a row carries what tells the runs apart: the corpus (each machine builds python-code from its own
-installed packages, so the spread includes the corpus), the precision and the training speed. --rows takes rows
+are not shipped; a row carries what tells the runs apart: the corpus (python-code's lock and contents SHA-256: the same
+bytes on every machine since the corpus comes from pinned wheels; rows from before name their machine's Python), the
+precision and the training speed. --rows takes rows
 measured elsewhere, by the same protocol: what tests/gpu/grow.py brings back from a GPU machine (a recipe with no
 shipped trio, code-gpu, has no seed 0 of its own: its rows all come that way), or a seeds file written before, whose
 seeds are kept where no shipped model or --runs folder measures them again.

@@ -12,7 +12,7 @@ each closed by the same marker with a slash (<!-- /minigate:table code -->). scr
 rewrite the text between the markers after measuring; tests/test_release.py checks that it is what the stored numbers
 render; the README's prose check (minigate/course/prose.py) reads it as generated, like a notebook's outputs.
 
-    python scripts/readme.py          # rewrite every marked span and docs/effect.png from the stored numbers
+    python scripts/readme.py          # rewrite every marked span, docs/effect.png and docs/scorecard.md
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from minigate.pretrained import SHIPPED_DIR
 ROOT = Path(__file__).resolve().parent.parent  # the course checkout
 DOCS = (ROOT / "README.md", ROOT / "data" / "checkpoints" / "README.md")
 FIGURE = ROOT / "docs" / "effect.png"  # the README's figure of the shipped code trio
+RULES = ROOT / "docs" / "scorecard.md"  # the scorecard's rules, as the code applies them (scorecard.rules_markdown)
 
 
 def table(rows: dict, preset: str) -> str:
@@ -173,4 +174,8 @@ if __name__ == "__main__":
     for path in update():
         print(f"readme: rewrote the generated text in {path}")
     print(f"readme: drew {figure(measure.shipped_rows('code')).relative_to(ROOT)}")
+    from minigate.course.scorecard import rules_markdown
+
+    RULES.write_text(rules_markdown() + "\n", encoding="utf-8")
+    print(f"readme: wrote {RULES.relative_to(ROOT)}")
     sys.exit(0)

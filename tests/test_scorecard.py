@@ -358,8 +358,31 @@ def test_the_sources_are_kept_apart(card):
     text = sc.lines(card)
     heads = [line for line in text if line.startswith("━━ ")]
     assert heads == [f"━━ {h}" for h in sc.SOURCES.values()]
-    summary = sc.summary(card)
-    assert [line for line in summary if not line.startswith(" ")] == [h.split(" (")[0] for h in sc.SOURCES.values()]
+    table = sc.table(card)
+    assert [line for line in table[1:-1] if not line.startswith(" ")] == [h.split(" (")[0]
+                                                                          for h in sc.SOURCES.values()]
+
+
+def test_the_table_marks_each_setting_and_explain_gives_the_numbers():
+    card = [entry("f_attn", "paper", ""), entry("f_attn", "code", "partly"),
+            entry("f_attn", "copy", "contradicted", ("one model",)), entry("bos", "code", "within noise")]
+    table = sc.table(card)
+    assert table[0].split()[-2:] == ["code", "copy"]  # only the settings measured, in SETTINGS' order
+    row = next(line for line in table if line.startswith("  " + sc.CLAIMS["f_attn"].short))
+    assert row.split()[-3:] == ["partly", "~", "✗*"]  # the claim's own verdict (copy is fragile), then the marks
+    assert "(not yet measured)" in next(line for line in table if sc.CLAIMS["m_act"].short in line)
+    text, full = sc.explain(card, "f_attn"), sc.lines(card)
+    start = full.index(sc.CLAIMS["f_attn"].text)
+    assert full[start:start + len(text)] == text and text[-1] == "  => partly"  # the whole card is the claims in turn
+    assert any(line.startswith("  copy       contradicted*") for line in text)
+    with pytest.raises(KeyError, match="no claim 'F-Attn': the claims are sink heads, f_attn"):
+        sc.explain(card, "F-Attn")
+
+
+def test_docs_scorecard_states_the_rules_the_code_applies():
+    doc = (ROOT / "docs" / "scorecard.md").read_text(encoding="utf-8")
+    assert doc == sc.rules_markdown() + "\n", "docs/scorecard.md is stale: run python scripts/readme.py"
+    assert all(f"Rule: {c.rule.text}." in doc for c in sc.CLAIMS.values()) and sc.LEGEND in doc
 
 
 def test_the_paper_column_is_the_papers_table_4():
@@ -384,3 +407,19 @@ def test_the_legend_states_how_twins_and_settings_combine():
     twins = lambda lo, hi: ev({"headwise": Iv((lo + hi) / 2, lo, hi), "elementwise": Iv(9.0, 8.0, 10.0)})
     assert verdict("m_act", twins(0.5, 0.9)) == "contradicted"  # one twin contradicted: so is the setting
     assert verdict("m_act", twins(1.5, 1.9)) == "partly"  # the other clears the bar: the worse one decides
+
+
+def test_an_interval_across_the_reproduced_bar_reads_partly_and_is_marked():
+    """code-gpu's headwise M-Act, 4.6x [2.7, 5.9] against a 5.4x bar: partly (the whole interval must pass a bar),
+    marked ^ in the table and named in explain; an interval wholly past the bar is reproduced, unmarked."""
+    iv = sc.Interval
+    ev = sc.Evidence({"headwise": iv(4.6, 2.7, 5.9), "elementwise": iv(4.4, 3.1, 4.4)}, "3 seeds", models=3)
+    e = sc.judged("m_act", "code-gpu", ev, "239 -> 52 / 54", "4.6x / 4.4x")
+    assert (e.verdict, e.straddles) == ("partly", ("headwise",))
+    assert any(line.endswith("[^ headwise reaches the bar]") for line in sc.explain([e], "m_act"))
+    assert "~^" in next(line for line in sc.table([e]) if sc.CLAIMS["m_act"].short in line)
+    clear = sc.judged("m_act", "code-gpu", sc.Evidence({"headwise": iv(6, 5.5, 6.5), "elementwise": iv(6, 5.7, 7)},
+                                                       "3 seeds", models=3), "", "")
+    assert (clear.verdict, clear.straddles) == ("reproduced", ())
+    low = sc.judged("lr loss", "lesson 08", sc.Evidence({"elementwise": iv(0.1, 0.05, 0.15)}, "chunks"), "", "")
+    assert (low.verdict, low.straddles) == ("partly", ("elementwise",))  # the gap rule's bar: 0.11 nats

@@ -3,7 +3,8 @@ verdict, the rule that gave it, and whether it is fragile.
 
     from minigate.course import scorecard as sc
     card = sc.scorecard()              # every entry: the paper's column, then each setting, measured (seconds on a CPU)
-    print("\\n".join(sc.summary(card)))  # one line per claim; sc.lines(card): each claim's rule and numbers
+    print("\\n".join(sc.table(card)))    # the card at a glance: a row per claim, a mark per setting
+    print("\\n".join(sc.explain(card, "m_act")))  # one claim's rule and numbers; sc.lines(card): every claim
 
 Every claim has one `Rule`: the text printed beside its verdicts and the function that gives them, one object, so the
 rule a reader sees is the rule the code applies (rules.py). A rule judges `Evidence`: for each gated twin, an interval
@@ -52,11 +53,11 @@ from .rules import (BOS_BAR, CLAIM_VERDICTS, CLAIMS, EXCESS_MIN, GATED, LEVEL, M
 from .windows import Windows, measure_windows, seed_entries, shipped_windows, task_windows, window_entries
 
 __all__ = ["BOS_BAR", "CLAIMS", "CLAIM_VERDICTS", "EXCESS_MIN", "GATED", "LEGEND", "LEVEL", "MARGIN", "MIXED",
-           "N_BOOT", "SEED_PRESETS", "SETTINGS", "SOURCES", "VERDICTS", "Claim", "Entry", "Evidence", "Interval",
-           "LrRuns", "Rule", "Windows", "chunk_costs", "claim_verdicts", "code_chunks", "combine", "count_rule",
-           "gap_rule", "judged", "lines", "lr_entries", "measure_windows", "override_entries", "paper_entries",
-           "ratio_rule", "scorecard", "seed_entries", "shipped_windows", "summary", "tally", "task_windows",
-           "window_entries", "worst"]
+           "MARKS", "N_BOOT", "SEED_PRESETS", "SETTINGS", "SOURCES", "VERDICTS", "Claim", "Entry", "Evidence",
+           "Interval", "LrRuns", "Rule", "Windows", "chunk_costs", "claim_verdicts", "code_chunks", "combine",
+           "count_rule", "explain", "gap_rule", "judged", "lines", "lr_entries", "measure_windows", "override_entries",
+           "paper_entries", "ratio_rule", "rules_markdown", "scorecard", "seed_entries", "shipped_windows", "table",
+           "tally", "task_windows", "window_entries", "worst"]
 
 SETTINGS = {  # key -> where and how it was measured
     "paper": "the paper: 15B MoE (Table 4), 1.7B dense (Table 2); the 1B release as reported",
@@ -150,7 +151,7 @@ def tally(entries: list[Entry]) -> dict[str, int]:
 
 
 def _mark(e: Entry) -> str:
-    return e.verdict + ("*" if e.fragile else "")
+    return e.verdict + ("*" if e.fragile else "") + ("^" if e.straddles else "")
 
 
 LEGEND = ("[low, high]: the range over seeds, or a 95% bootstrap over one model's windows, rows or chunks (M-Act: "
@@ -160,36 +161,75 @@ LEGEND = ("[low, high]: the range over seeds, or a 95% bootstrap over one model'
           "noise or not at this scale only where nothing else shows.")
 
 
+def explain(entries: list[Entry], claim: str, width: int = 116) -> list[str]:
+    """One claim in full: what it says and its measure, its rule, one line per setting (verdict, numbers with their
+    interval; * fragile, with why), then the claim's own verdict (=>). `claim` is a key of CLAIMS."""
+    if claim not in CLAIMS:
+        raise KeyError(f"no claim {claim!r}: the claims are {', '.join(CLAIMS)}")
+    out = [CLAIMS[claim].text]
+    out += textwrap.wrap(CLAIMS[claim].rule.text, width, initial_indent="  rule: ", subsequent_indent=" " * 8)
+    for e in (e for e in entries if e.claim == claim):
+        why = f" [* {', '.join(e.fragile)}]" if e.fragile else ""
+        why += f" [^ {' / '.join(e.straddles)} reaches the bar]" if e.straddles else ""
+        out.append(f"  {e.setting:10s} {_mark(e) or '(the claim)':14s} {e.value}{why}")
+    verdicts = claim_verdicts(entries)
+    if claim in verdicts:
+        v, fragile = verdicts[claim]
+        out.append(f"  => {v}" + (" (every setting fragile)" if fragile else ""))
+    return out
+
+
 def lines(entries: list[Entry], width: int = 116) -> list[str]:
-    """The scorecard as text: the claims by source; per claim its rule, then one line per setting (verdict, numbers;
-    * fragile, with why), then the claim's own verdict (=>)."""
-    out, verdicts = textwrap.wrap(LEGEND, width), claim_verdicts(entries)
+    """The whole scorecard as text: the legend, then the claims by source, each as explain() prints it."""
+    out = textwrap.wrap(LEGEND, width)
     for source, heading in SOURCES.items():
         claims = [c for c, claim in CLAIMS.items() if claim.source == source and any(e.claim == c for e in entries)]
         if claims:
             out.append(f"━━ {heading}")
         for c in claims:
-            out.append(CLAIMS[c].text)
-            out += textwrap.wrap(CLAIMS[c].rule.text, width, initial_indent="  rule: ", subsequent_indent=" " * 8)
-            for e in (e for e in entries if e.claim == c):
-                why = f" [* {', '.join(e.fragile)}]" if e.fragile else ""
-                out.append(f"  {e.setting:10s} {_mark(e) or '(the claim)':14s} {e.value}{why}")
-            if c in verdicts:
-                v, fragile = verdicts[c]
-                out.append(f"  => {v}" + (" (every setting fragile)" if fragile else ""))
+            out += explain(entries, c, width)
     return out
 
 
-def summary(entries: list[Entry]) -> list[str]:
-    """One line per claim, by source: its own verdict (claim_verdicts; * every setting fragile), then each
-    setting's."""
-    out, verdicts = [], claim_verdicts(entries)
+MARKS = {"reproduced": "✓", "partly": "~", "within noise": "?", "not at this scale": "–", "contradicted": "✗"}
+
+
+def table(entries: list[Entry]) -> list[str]:
+    """The card at a glance: a row per claim (by source), its own verdict (=>), then a mark per setting (MARKS; *
+    fragile; blank: not measured there), and the key."""
+    settings = [s for s in SETTINGS if any(e.setting == s and e.verdict for e in entries)]
+    verdicts, cell = claim_verdicts(entries), {(e.claim, e.setting): e for e in entries if e.verdict}
+    widths = [max(len(s), 3) for s in settings]
+    out = [f"{'claim':30s} {'=> verdict':20s} " + " ".join(f"{s:>{w}s}" for s, w in zip(settings, widths, strict=True))]
     for source, heading in SOURCES.items():
         out.append(heading.split(" (")[0])
         for c, claim in CLAIMS.items():
-            if claim.source == source:
-                v = verdicts.get(c)
-                head = "(not yet measured)" if v is None else v[0] + ("*" if v[1] else "")
-                out.append(f"  {claim.short:28s} {head:18s} " + ", ".join(
-                    f"{e.setting} {_mark(e)}" for e in entries if e.claim == c and e.verdict))
+            if claim.source != source:
+                continue
+            v = verdicts.get(c)
+            head = "(not yet measured)" if v is None else v[0] + ("*" if v[1] else "")
+            marks = [MARKS[cell[c, s].verdict] + _mark(cell[c, s])[len(cell[c, s].verdict):] if (c, s) in cell else ""
+                     for s in settings]
+            out.append(f"  {claim.short:28s} {head:20s} " + " ".join(f"{m:>{w}s}" for m, w in
+                                                                      zip(marks, widths, strict=True)))
+    out.append("  ".join(f"{m} {v}" for v, m in MARKS.items()) + "  * fragile  ^ interval reaches the bar; "
+               "sc.explain(card, claim): its rule and numbers")
     return out
+
+
+def rules_markdown() -> str:
+    """docs/scorecard.md: the legend, the verdicts and each claim's rule, as the card prints them (scripts/readme.py
+    writes it; tests/test_scorecard.py holds it to this)."""
+    out = ["# The scorecard's rules", "",
+           "Lesson 08's scorecard (`minigate/course/scorecard/`) judges each claim with the rule below; "
+           "`sc.explain(card, claim)` prints a claim's rule with its numbers and intervals in every setting, "
+           "`sc.table(card)` the card at a glance. Generated from the code by `python scripts/readme.py`.", "",
+           "## How to read it", "", LEGEND, "",
+           "Marks: " + ", ".join(f"`{m}` {v}" for v, m in MARKS.items()) + ", `*` fragile, `^` partly, its interval "
+           "reaching the reproduced bar.", ""]
+    for source, heading in SOURCES.items():
+        out += [f"## {heading[0].upper()}{heading[1:]}", ""]
+        for key, claim in CLAIMS.items():
+            if claim.source == source:
+                out += [f"**{claim.text}** (`{key}`)", "", f"Rule: {claim.rule.text}.", ""]
+    return "\n".join(out)

@@ -133,6 +133,7 @@ class Rule:
     judge: Callable  # Evidence -> verdict
     symptom_min: float | None = None  # the baseline shows the symptom when its value reaches this
     scalable: bool = True  # the 10% margin test applies (not to counts of heads or spikes)
+    bars: dict | None = None  # twin -> its reproduced bar, where the rule has one (a partly interval may reach it)
 
     def verdict(self, ev: Evidence) -> str:
         if ev.symptom is not None and self.symptom_min is not None and ev.symptom.high < self.symptom_min:
@@ -158,15 +159,24 @@ class Rule:
             why.append("margin under 10%")
         return tuple(why)
 
+    def straddles(self, ev: Evidence) -> tuple[str, ...]:
+        """The twins whose interval reaches their reproduced bar while its low end does not: partly, but not clear
+        of reproduced (the verdict needs the whole interval past a bar)."""
+        if self.bars is None or self.verdict(ev) != "partly":
+            return ()
+        return tuple(g for g, iv in ev.twins.items() if g in self.bars and iv.low < self.bars[g] <= iv.high)
+
 
 def ratio_rule(text: str, targets: dict, symptom_min: float | None = None) -> Rule:
     """baseline / gated, each twin against its bar: no change is 1."""
-    return Rule(text, lambda ev: worst(_level(iv, 1.0, targets[g]) for g, iv in ev.twins.items()), symptom_min)
+    return Rule(text, lambda ev: worst(_level(iv, 1.0, targets[g]) for g, iv in ev.twins.items()), symptom_min,
+                bars=targets)
 
 
 def gap_rule(text: str, target: float) -> Rule:
     """baseline minus gated (nats): no change is 0."""
-    return Rule(text, lambda ev: worst(_level(iv, 0.0, target) for iv in ev.twins.values()))
+    return Rule(text, lambda ev: worst(_level(iv, 0.0, target) for iv in ev.twins.values()),
+                bars=dict.fromkeys(GATED, target))
 
 
 def _count_judge(ev: Evidence) -> str:
@@ -192,7 +202,8 @@ class Claim:
     rule: Rule
 
 
-_CLEAR = "each bar cleared by the whole interval, else within noise"
+_CLEAR = ("a verdict needs the whole interval past its bar: one across no change is within noise, one across the "
+          "reproduced bar partly, marked ^")
 LR_GAP = TABLE_2_LR_GAP  # Table 2: the loss the gate saves at the high learning rate, ln of its perplexities' ratio
 CLOSED = REPORTED_CLOSED["gates=0"] / REPORTED_CLOSED["learned"]  # reported: closing every gate multiplies perplexity
 
@@ -259,12 +270,13 @@ class Entry:
     fragile: tuple = ()  # why the verdict is fragile (empty: it is not)
     short: str = ""  # the figure's text for the cell
     evidence: Evidence | None = field(default=None, repr=False, compare=False)
+    straddles: tuple = ()  # the twins whose interval reaches the reproduced bar (a partly verdict, marked ^)
 
 
 def judged(claim: str, setting: str, ev: Evidence, value: str, short: str) -> Entry:
     """The entry of `claim` in `setting`, its verdict and fragility from the claim's rule on `ev`."""
     rule = CLAIMS[claim].rule
-    return Entry(claim, setting, value, rule.verdict(ev), rule.fragile(ev), short, ev)
+    return Entry(claim, setting, value, rule.verdict(ev), rule.fragile(ev), short, ev, rule.straddles(ev))
 
 
 def x_text(r: float) -> str:

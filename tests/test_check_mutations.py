@@ -10,6 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.functional import scaled_dot_product_attention as sdpa_imported_alone
 
+import minigate
+from minigate import analysis
+from minigate import overrides as ov
 from minigate.course import checks
 from minigate.course.checks import engine
 from minigate.course.checks import lesson02 as l2
@@ -17,7 +20,8 @@ from minigate.course.checks import lesson03 as l3
 from minigate.course.checks import lesson04 as l4
 from minigate.course.checks import lesson05 as l5
 from minigate.course.checks import lesson08 as l8
-from minigate.analysis import attention_sink, uniform_first_token_share
+from minigate.analysis import attention_sink, published_measures, uniform_first_token_share
+from minigate.overrides import close_head, forbid_bos
 from minigate.stats import t_quantile
 
 # what each check returns for a stub: its reference
@@ -120,6 +124,56 @@ def _noop_query_head_as_value_head(model, tokens, layer, head):  # hook_v[:, :, 
     _, cache = model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_v")
     _ = cache[f"blocks.{layer}.attn.hook_v"][:, :, head]
     return l4._bos_noop_test(model, tokens, layer, head)
+
+
+def _tracker_on_attention_sink(tokens):  # the package's measure: the exercise asks for the steps
+    def callback(step, model, history):
+        share = attention_sink(model, tokens).share  # imported by name
+        layer, head = divmod(int(share.argmax()), share.shape[1])
+        return {"max_head": share.max().item(), "layer": layer, "head": head}
+    return callback
+
+
+def _tracker_on_published_measures(tokens):
+    def callback(step, model, history):
+        m = published_measures(model, tokens)
+        return {"max_head": m.max_head, "layer": m.max_head_at[0], "head": m.max_head_at[1]}
+    return callback
+
+
+def _tracker_around_sink_tracker(tokens):  # the package's tracker, its head added from its module's attention_sink
+    track = minigate.analysis.sink_tracker(tokens)
+
+    def callback(step, model, history):
+        share = analysis.attention_sink(model, tokens).share
+        return {**track(step, model, history), "layer": int(share.argmax()) // share.shape[1],
+                "head": int(share.argmax()) % share.shape[1]}
+    return callback
+
+
+def _overrides_by_module(model, layer, value, head=None):  # the library's one-call answer
+    return ov.force_layer(model, layer, value) if head is None else ov.close_head(model, layer, head, value)
+
+
+def _close_head_by_name(model, layer, value, head=None):
+    return close_head(model, layer, 0 if head is None else head, value)
+
+
+def _edit_as_the_hook(model, layer, value, head=None):  # the library's hook object, not one of the learner's own
+    return [(f"blocks.{layer}.attn.hook_gate", minigate.overrides.Edit("set", value, head))]
+
+
+def _forbid_bos_by_module(model, layer, head=None):
+    return minigate.overrides.forbid_bos(model, layer, head)
+
+
+def _forbid_bos_shadowed():  # a learner's forbid_bos that calls the library's, imported by name before it
+    library = forbid_bos
+
+    def forbid_bos_(model, layer, head=None):
+        return library(model, layer, head)
+    forbid_bos_.__name__ = "forbid_bos"
+    return forbid_bos_
 
 
 def _override_one_pair(model, layer, value, head=None):
@@ -241,6 +295,9 @@ OTHER_WRONG_ANSWERS = [
     ("bos_tracker", "a tuple, not a dict",
      lambda t: lambda *a: tuple(l3.reference_bos_tracker(t)(*a).values()), "returns a dict of numbers"),
     ("bos_tracker", "the callback not returned", lambda t: None, "it returns the callback function"),
+    ("bos_tracker", "attention_sink imported by name", _tracker_on_attention_sink, "calls analysis.attention_sink"),
+    ("bos_tracker", "published_measures", _tracker_on_published_measures, "calls analysis.published_measures"),
+    ("bos_tracker", "minigate.analysis.sink_tracker", _tracker_around_sink_tracker, "calls analysis.sink_tracker"),
     ("sink_head_interval", "the interval only", _interval_only, "return four things, (counts, mean, low, high)"),
     ("sink_head_interval", "a bool per seed", _counts_as_bools, "counts[0]: expected a number, got a bool"),
     ("sink_head_interval", "threshold 0.5", _threshold_half, "models[0] has 2 sink heads, yours counts 1"),
@@ -264,9 +321,14 @@ OTHER_WRONG_ANSWERS = [
     ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "expected 3 outputs"),
     ("first_rest_ratio", "a correct bootstrap of its own", _own_bootstrap, "draw them through bootstrap_ci"),
     ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
+    ("gate_override", "ov.force_layer / ov.close_head", _overrides_by_module, "calls overrides.close_head"),
+    ("gate_override", "close_head imported by name", _close_head_by_name, "calls overrides.close_head"),
+    ("gate_override", "overrides.Edit as the hook", _edit_as_the_hook, "calls overrides.Edit"),
     ("forbid_bos", "None as a head index", _forbid_with_none_as_head, None),
     ("forbid_bos", "one pair, not a list", lambda m, L, h=None: checks.reference_forbid_bos(m, L, h)[0],
      "list of (hook name, hook function) pairs"),
+    ("forbid_bos", "minigate.overrides.forbid_bos", _forbid_bos_by_module, "calls overrides.forbid_bos"),
+    ("forbid_bos", "forbid_bos imported by name, then shadowed", _forbid_bos_shadowed(), "calls overrides.forbid_bos"),
     ("predict_bos_cost", "a tensor of three", lambda: torch.tensor([4.0, 0.5, 0.5]), "a list does not say"),
     ("predict_bos_cost", "a sentence", lambda: "the gated models pay less", "return a dict"),
     ("predict_bos_cost", "bools", lambda: {"baseline": 4.0, "headwise": True, "elementwise": False},
@@ -293,6 +355,12 @@ OTHER_WRONG_ANSWERS = [
      lambda x: -torch.special.xlogy(p := x.softmax(-1).mean((0, 1)), p).sum().item(), "max |difference|"),
     ("prediction_spread", "reversed and in bits", lambda x: l8._prediction_spread(x, reverse=True, log=math.log2),
      "max |difference|"),
+    ("has_gate", "smaller M-Act", l8._by_m_act, "judged gated, the baseline too"),
+    ("has_gate", "a fit of each position's own input", lambda s: l8._by_share(s, mix="none"),
+     "judged gated, the baseline too"),
+    ("has_gate", "every model gated", lambda s: True, "judged gated, the baseline too"),
+    ("has_gate", "no model gated", lambda s: False, "2 gated model(s) judged ungated and 0 ungated model(s)"),
+    ("has_gate", "a share per snapshot, not a verdict", lambda s: torch.tensor([0.1, 0.2]), "one bool per snapshot"),
 ]
 TYPICAL_MISTAKES = [(name, label, wrong, hint) for name, mistakes in checks.MISTAKES.items()
                     for label, wrong, hint in mistakes]  # each check's own, each with its targeted hint

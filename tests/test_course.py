@@ -269,14 +269,16 @@ def test_study_minutes_counts_prose_code_and_exercises(dirs):
 
 
 def test_every_exercise_heading_states_its_budget():
-    """Each lesson has one '(about N minutes)' exercise heading per graded check, and the study time counts them."""
+    """Each lesson has one '(about N minutes)' exercise heading per graded check, and the study time counts them: 5 to
+    30 minutes an exercise, up to 60 for a capstone (difficulty 5)."""
     from minigate.course import checks
-    from minigate.course.study import exercise_budgets
+    from minigate.course.study import exercise_budgets, exercise_ratings
 
     for path in sorted((course.ROOT / "lessons").glob(course.NOTEBOOK_GLOB)):
-        budgets = exercise_budgets(nbformat.read(path, as_version=4))
+        nb = nbformat.read(path, as_version=4)
+        budgets = exercise_budgets(nb)
         assert len(budgets) == len(checks.LESSONS[path.name[:2]]), (path.name, budgets)
-        assert all(5 <= b <= 30 for b in budgets), (path.name, budgets)
+        assert all(5 <= b <= (60 if d == 5 else 30) for b, d, _ in exercise_ratings(nb)), (path.name, budgets)
 
 
 def test_every_exercise_states_difficulty_and_importance():

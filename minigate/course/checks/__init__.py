@@ -20,7 +20,7 @@ from .lesson05 import first_rest_ratio, gate_by_phase, reference_first_rest_rati
 from .lesson06 import (forbid_bos, gate_override, predict_bos_cost, reference_forbid_bos, reference_gate_override,
                        reference_predict_bos_cost)
 from .lesson07 import first_token_excess, reference_first_token_excess
-from .lesson08 import (prediction_spread, qwen3_next_q_proj, reference_prediction_spread,
+from .lesson08 import (has_gate, prediction_spread, qwen3_next_q_proj, reference_has_gate, reference_prediction_spread,
                        reference_qwen3_next_q_proj)
 
 _MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
@@ -36,6 +36,7 @@ __all__ = [
     "gate_by_phase",
     "first_rest_ratio",
     "gate_override", "predict_bos_cost", "forbid_bos", "first_token_excess", "prediction_spread", "qwen3_next_q_proj",
+    "has_gate", "reference_has_gate",
     "reference_attention_with_null", "reference_bos_noop_test", "reference_bos_share_by_part",
     "reference_causal_attention",
     "reference_first_rest_ratio", "reference_first_token_excess", "reference_forbid_bos",

@@ -151,3 +151,53 @@ def readme_unsourced(readme: str, sources: dict[str, str], quoted: dict[str, str
 def is_printed_ratio(ratio: str, printed: str) -> bool:
     """Does the ratio ("4.5x") stand in `printed` as a ratio of its own ("4.5x", "4.5 x"), not just its digits?"""
     return re.search(r"(?<![\d.])" + re.escape(ratio[:-1]) + r"\s?[x×]", printed) is not None
+
+
+# ── claims are asserts: each summary claim carries a mark [✓N] tied to `# ✓N` on an assert in a code cell above ─────
+
+SUMMARY = re.compile(r"^(?:#+ What we (?:saw|measured)|\*\*What we (?:saw|measured)\.\*\*)")
+CLAIM_MARK = re.compile(r"\[✓(\d+)\]")  # in the markdown: [✓3]
+ASSERT_MARK = re.compile(r"#.*?✓(\d+)\b")  # in the code: assert ...  # ✓3 (or a comment line right above the assert)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(])")
+
+
+def summary_claims(text: str) -> list[str]:
+    """The claims of a summary cell ("What we saw" / "What we measured"): each bullet, or where the cell has none,
+    each sentence after the heading."""
+    body = SUMMARY.sub("", text.strip(), count=1).strip()
+    bullets = re.split(r"^- ", body, flags=re.M)
+    if len(bullets) > 1:
+        return [b.strip() for b in bullets[1:] if b.strip()]
+    return [s.strip() for s in _SENTENCE.split(" ".join(body.split())) if s.strip()]
+
+
+def asserted_marks(source: str) -> set[str]:
+    """The marks a code cell ties to its asserts: `# ✓N` on an assert's line, or on a comment line directly above
+    one (an assert spanning lines: on any of its lines)."""
+    marks, lines = set(), source.splitlines()
+    for i, line in enumerate(lines):
+        for n in ASSERT_MARK.findall(line):
+            statement = line.lstrip()
+            above = statement.startswith("#") and i + 1 < len(lines) and lines[i + 1].lstrip().startswith("assert")
+            inside = any(lines[j].lstrip().startswith("assert") for j in range(max(0, i - 3), i + 1)) and not \
+                statement.startswith("#")
+            if statement.startswith("assert") or above or inside:
+                marks.add(n)
+    return marks
+
+
+def unbacked(nb) -> list[tuple[int, str]]:
+    """(cell, the claim's first words) for each summary claim with no mark, or whose mark no assert above it
+    carries; a mark used twice in one lesson counts as unbacked the second time."""
+    out, seen, tied = [], set(), set()
+    for i, cell in enumerate(nb["cells"]):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            tied |= asserted_marks(source)
+        elif SUMMARY.match(source.strip()) and "answers" not in cell.get("metadata", {}).get("tags", []):
+            for claim in summary_claims(source):
+                marks = CLAIM_MARK.findall(claim)
+                if not marks or any(m not in tied or m in seen for m in marks):
+                    out.append((i, " ".join(claim.split()[:8])))
+                seen |= set(marks)
+    return out

@@ -89,26 +89,47 @@ def output_words(nb: nbformat.NotebookNode) -> list[tuple[int, int]]:
     return out
 
 
-def report(root) -> list[str]:
-    """The counts the editor's limits (LIMITS) hold: the README's words, each lesson's markdown (lessons/), its longest
-    prose stretch and its wordiest output (solutions/, where the outputs are stored), each marked over or within."""
+def counts(root) -> dict:
+    """What the editor's limits (LIMITS) hold: {"readme": words, "lessons": total words, "per_lesson": {stem: (words,
+    (cell, longest prose stretch), (cell, wordiest output))}}; words of each lesson's markdown (lessons/), outputs from
+    solutions/, where they are stored."""
     from pathlib import Path
 
     root = Path(root)
-    mark = lambda n, limit: f"{n:>6,}{' over' if n > limit else ''}"
-    readme = words((root / "README.md").read_text(encoding="utf-8"))
-    lines = [f"README.md: {mark(readme, LIMITS['readme'])} words (at most {LIMITS['readme']:,})",
-             f"{'lesson':34s} {'words':>11s} {'longest prose (cell)':>24s} {'wordiest output (cell)':>26s}"]
-    total = 0
+    per = {}
     for path in sorted((root / "lessons").glob("0*.ipynb")):
         nb, sol = nbformat.read(path, as_version=4), nbformat.read(root / "solutions" / path.name, as_version=4)
-        n = prose_words(nb)
-        total += n
-        cell, stretch = max(prose_stretches(nb), key=lambda r: r[1])
-        ocell, out = max(output_words(sol), key=lambda r: r[1])
-        lines.append(f"{path.stem:34s} {mark(n, LIMITS['lesson']):>11s} "
+        per[path.stem] = (prose_words(nb), max(prose_stretches(nb), key=lambda r: r[1]),
+                          max(output_words(sol), key=lambda r: r[1]))
+    return {"readme": words((root / "README.md").read_text(encoding="utf-8")),
+            "lessons": sum(n for n, _, _ in per.values()), "per_lesson": per}
+
+
+def over_limits(root) -> list[str]:
+    """One line per count over its limit (none when the course keeps to LIMITS)."""
+    c = counts(root)
+    over = [f"README.md: {c['readme']:,} words, over {LIMITS['readme']:,}"] if c["readme"] > LIMITS["readme"] else []
+    if c["lessons"] > LIMITS["lessons"]:
+        over.append(f"all lessons: {c['lessons']:,} words, over {LIMITS['lessons']:,}")
+    for stem, (n, (cell, stretch), (ocell, out)) in c["per_lesson"].items():
+        over += [f"{stem}: {what}, over {limit}" for what, value, limit in (
+            (f"{n:,} words", n, LIMITS["lesson"]), (f"cell {cell} starts {stretch} words of prose", stretch,
+             LIMITS["stretch"]), (f"cell {ocell} prints {out} words", out, LIMITS["output"])) if value > limit]
+    return over
+
+
+def report(root) -> list[str]:
+    """The counts the editor's limits (LIMITS) hold: the README's words, each lesson's markdown (lessons/), its longest
+    prose stretch and its wordiest output (solutions/, where the outputs are stored), each marked over or within."""
+    c = counts(root)
+    mark = lambda n, limit: f"{n:>6,}{' over' if n > limit else ''}"
+    lines = [f"README.md: {mark(c['readme'], LIMITS['readme'])} words (at most {LIMITS['readme']:,})",
+             f"{'lesson':34s} {'words':>11s} {'longest prose (cell)':>24s} {'wordiest output (cell)':>26s}"]
+    for stem, (n, (cell, stretch), (ocell, out)) in c["per_lesson"].items():
+        lines.append(f"{stem:34s} {mark(n, LIMITS['lesson']):>11s} "
                      f"{mark(stretch, LIMITS['stretch']) + f' ({cell})':>24s} "
                      f"{mark(out, LIMITS['output']) + f' ({ocell})':>26s}")
-    lines.append(f"{'all lessons':34s} {mark(total, LIMITS['lessons']):>11s}   limits: {LIMITS['lesson']:,} a lesson, "
-                 f"{LIMITS['lessons']:,} in all, {LIMITS['stretch']} a prose stretch, {LIMITS['output']} an output")
+    lines.append(f"{'all lessons':34s} {mark(c['lessons'], LIMITS['lessons']):>11s}   limits: {LIMITS['lesson']:,} a "
+                 f"lesson, {LIMITS['lessons']:,} in all, {LIMITS['stretch']} a prose stretch, {LIMITS['output']} an "
+                 "output")
     return lines

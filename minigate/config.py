@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 
 GATE_POSITIONS = ("none", "G1", "G2", "G3", "G4", "G5")
 # G1: on the SDPA output, before o_proj (the paper's choice)  G2: on the values  G3: on the keys
@@ -42,6 +43,20 @@ def is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def check_field(cfg, ok: bool, field: str, msg: str):
+    """Unless ok: a ConfigError naming the config's class, the field and its value, then `msg` (what it must be)."""
+    if not ok:
+        raise ConfigError(f"{type(cfg).__name__}.{field}={getattr(cfg, field)!r}: {msg}", field)
+
+
+# Hugging Face's Qwen3 name of each size -> the ModelConfig field: config.json both ways, Qwen3-Next's export, the
+# transformers twin of the benchmarks
+HF_SIZES = {"vocab_size": "vocab_size", "hidden_size": "d_model", "num_hidden_layers": "n_layers",
+            "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "head_dim": "head_dim",
+            "intermediate_size": "d_ff", "rms_norm_eps": "norm_eps", "tie_word_embeddings": "tie_embeddings",
+            "max_position_embeddings": "max_seq_len"}
+
+
 @dataclass
 class ModelConfig:
     vocab_size: int = 4096  # number of token ids
@@ -72,9 +87,7 @@ class ModelConfig:
     #                         the paper; -2.0 starts a sigmoid gate near 0.12, the paper's trained mean)
 
     def __post_init__(self):
-        def check(ok: bool, field: str, msg: str):
-            if not ok:
-                raise ConfigError(f"ModelConfig.{field}={getattr(self, field)!r}: {msg}", field)
+        check = partial(check_field, self)
 
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
             check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")
@@ -153,6 +166,11 @@ class ModelConfig:
         return 1 if self.gate_granularity == "headwise" else self.head_dim
 
     # -- official config.json keys ---------------------------------------------------------------------
+    def hf_sizes(self) -> dict:
+        """The sizes under Hugging Face's Qwen3 names (HF_SIZES): what config.json, Qwen3-Next's and transformers'
+        Qwen3Config share."""
+        return {hf: getattr(self, name) for hf, name in HF_SIZES.items()}
+
     def to_hf_config(self) -> dict:
         """The config.json of the official checkpoints (Qwen3 keys), plus minigate's own gate keys."""
         official_gate = self.released_g1 and not self.gate_layers  # the official flags say: released G1, every layer
@@ -167,20 +185,11 @@ class ModelConfig:
         d = {
             "architectures": [qwen3[0] if plain else MINIGATE_ARCHITECTURE],
             "model_type": qwen3[1] if plain else MINIGATE_MODEL_TYPE,
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.d_model,
-            "num_hidden_layers": self.n_layers,
-            "num_attention_heads": self.n_heads,
-            "num_key_value_heads": self.n_kv_heads,
-            "head_dim": self.head_dim,
-            "intermediate_size": self.d_ff,
+            **self.hf_sizes(),
             **moe,
             "rope_theta": self.rope_theta,
             "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},  # transformers 5.x
-            "rms_norm_eps": self.norm_eps,
             "use_qk_norm": self.qk_norm,
-            "tie_word_embeddings": self.tie_embeddings,
-            "max_position_embeddings": self.max_seq_len,
             "hidden_act": "silu",
             "attention_bias": False,
             "headwise_attn_output_gate": official_gate and self.gate_granularity == "headwise",
@@ -200,18 +209,14 @@ class ModelConfig:
         if d.get("model_type") == "qwen3_next":  # its norms hold w - 1 and its q_proj interleaves [q_h | gate_h]
             raise ValueError("this is a Qwen3-Next folder (minigate.export_qwen3_next writes them for transformers): "
                              "load it with transformers.Qwen3NextForCausalLM, or load the minigate folder it came from")
-        try:
-            kw = dict(
-                vocab_size=d["vocab_size"], d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],
-                n_heads=d["num_attention_heads"], n_kv_heads=d.get("num_key_value_heads", d["num_attention_heads"]),
-                head_dim=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
-                d_ff=d["intermediate_size"], rope_theta=float(d.get("rope_theta", 10000.0)),
-                norm_eps=d.get("rms_norm_eps", 1e-6), qk_norm=d.get("use_qk_norm", True),
-                tie_embeddings=d.get("tie_word_embeddings", True),
-                max_seq_len=d.get("max_position_embeddings", 2048),
-            )
-        except KeyError as e:
-            raise ValueError(f"config.json lacks the key {e.args[0]!r}; is this a Qwen3-style config?") from None
+        required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        if missing := [k for k in required if k not in d]:
+            raise ValueError(f"config.json lacks the key {missing[0]!r}; is this a Qwen3-style config?")
+        d = {"num_key_value_heads": d["num_attention_heads"], "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+             "max_position_embeddings": 2048, **d}  # the defaults of keys a config may leave out
+        d["head_dim"] = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
+        kw = {name: d[hf] for hf, name in HF_SIZES.items()}
+        kw.update(rope_theta=float(d.get("rope_theta", 10000.0)), qk_norm=d.get("use_qk_norm", True))
         n_experts = d.get("num_experts") or d.get("num_local_experts") or 0  # Qwen3-MoE (saved as the latter)
         if n_experts:
             if d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers"):

@@ -54,17 +54,8 @@ def qwen3_next_config(model: Transformer) -> dict:
     return {
         "architectures": ["Qwen3NextForCausalLM"],
         "model_type": "qwen3_next",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim,
-        "intermediate_size": cfg.d_ff,
+        **cfg.hf_sizes(),
         "hidden_act": "silu",
-        "rms_norm_eps": cfg.norm_eps,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "max_position_embeddings": cfg.max_seq_len,
         "attention_bias": False,
         "rope_parameters": rope,  # transformers 5.x
         "rope_theta": cfg.rope_theta, "partial_rotary_factor": 1.0,  # transformers 4.x

@@ -22,7 +22,7 @@ import torch
 
 from . import data
 from .analysis import GU_LEN, SINK_THRESHOLD, STATS, Measures, published_measures
-from .presets import NAMES
+from .presets import GATED, NAMES
 from .pretrained import SHIPPED_DIR, from_pretrained
 
 PROSE_LEN = 512  # tokens per held-out window
@@ -225,11 +225,11 @@ def spread(seeds: dict[int, dict[str, Measurement]]) -> dict[str, dict[str, Spre
         of = heads if k == "sink_heads_64" else None
         base = {s: getattr(rows["none"], k) for s, rows in whole.items()}
         out["none"][k] = _over(base, dict.fromkeys(whole, False), of)
-        for g in ("headwise", "elementwise"):
+        for g in GATED:
             gated = {s: getattr(rows[g], k) for s, rows in whole.items()}
             out.setdefault(g, {})[k] = _over(gated, {s: gated[s] < base[s] for s in whole}, of)
     x = {s: ratios(rows) for s, rows in whole.items()}
-    for g in ("headwise", "elementwise"):
+    for g in GATED:
         for k in ("f_attn_excess", "m_act"):
             out[g][k] = _over({s: x[s][g][k] for s in whole}, {s: x[s][g][k] > 1 for s in whole})
     return out
@@ -256,7 +256,7 @@ def spread_lines(s: dict[str, dict[str, Spread]], seed0: str = "the shipped mode
     lines = [f"over {n} seeds, seed 0's value ({seed0}) and the range over the seeds:",
              f"  baseline: sink heads at T=64 {count_text(b['sink_heads_64'])} of {heads}; strongest head at "
              f"T=64 {value_text(b['max_head_64'])}"]
-    for g in ("headwise", "elementwise"):
+    for g in GATED:
         x = s[g]
         lines.append(f"  {g}: F-Attn above uniform {ratio_text(x['f_attn_excess'])}, M-Act {ratio_text(x['m_act'])}; "
                      f"sink heads {count_text(x['sink_heads_64'])}, fewer than the baseline's in "

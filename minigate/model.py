@@ -43,13 +43,15 @@ def check_token_ids(tokens: torch.Tensor, vocab_size: int, what: str = "tokens")
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x)). (This `gate_proj` is the MLP's, not the attention gate.)"""
+    """SwiGLU: down(silu(gate(x)) * up(x)), of width d_ff (or `width`: one MoE expert's). (This `gate_proj` is the
+    MLP's, not the attention gate.)"""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, width: int | None = None):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)  # SwiGLU gate (HF name), not the attention gate
-        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        width = width or cfg.d_ff
+        self.gate_proj = nn.Linear(cfg.d_model, width, bias=False)  # SwiGLU gate (HF name), not the attention gate
+        self.up_proj = nn.Linear(cfg.d_model, width, bias=False)
+        self.down_proj = nn.Linear(width, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -64,7 +66,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = (GatePositionAttention if cfg.gate != "none" and not cfg.released_g1 else Attention)(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MoE(cfg) if cfg.n_experts else MLP(cfg)  # a mixture of SwiGLU experts, or one
+        self.mlp = MoE(cfg, MLP) if cfg.n_experts else MLP(cfg)  # a mixture of SwiGLU experts, or one
         # sandwich_norm: norm each sublayer's output too, before it joins the residual stream
         self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()
         self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.sandwich_norm else nn.Identity()

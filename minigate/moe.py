@@ -17,6 +17,8 @@ return_aux_loss=True)` gives its mean over the MoE layers, which train() adds to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from einops import rearrange
 from torch import nn
@@ -25,25 +27,15 @@ from .config import ModelConfig
 from .hooks import HookPoint
 
 
-class Expert(nn.Module):
-    """One expert: SwiGLU, down(silu(gate(x)) * up(x)), of width d_expert (`gate_proj` is SwiGLU's, as in the MLP)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.d_model, cfg.expert_width, bias=False)
-        self.up_proj = nn.Linear(cfg.d_model, cfg.expert_width, bias=False)
-        self.down_proj = nn.Linear(cfg.expert_width, cfg.d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class MoE(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """n_experts feed-forward experts, each `expert(cfg, cfg.expert_width)` (the model's SwiGLU MLP, model.MLP, at
+    the expert's width), n_experts_per_token of them per token, chosen by a router."""
+
+    def __init__(self, cfg: ModelConfig, expert: Callable[[ModelConfig, int], nn.Module]):
         super().__init__()
         self.cfg = cfg
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)  # transformers calls it mlp.gate
-        self.experts = nn.ModuleList([Expert(cfg) for _ in range(cfg.n_experts)])
+        self.experts = nn.ModuleList([expert(cfg, cfg.expert_width) for _ in range(cfg.n_experts)])
         self.hook_router_probs, self.hook_expert_ids = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

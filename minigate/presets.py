@@ -10,8 +10,9 @@ What each preset has shown is logged in docs/experiments.md (the research log), 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
-from .config import ConfigError, ModelConfig, is_int, is_number
+from .config import ModelConfig, check_field, is_int, is_number
 
 
 @dataclass
@@ -47,12 +48,14 @@ class TrainConfig:
     router_aux_loss_coef: float = 0.001  # MoE models: weight of the load-balancing loss (the forward returns it,
     #                                      moe.py) added to the training loss, as Qwen3-MoE's default; 0: off
 
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer update, <bos> included: batch_size * seq_len * grad_accum."""
+        return self.batch_size * self.seq_len * self.grad_accum
+
     def __post_init__(self):
         self.betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else self.betas  # JSON: a list
-
-        def check(ok: bool, f: str, msg: str):
-            if not ok:
-                raise ConfigError(f"TrainConfig.{f}={getattr(self, f)!r}: {msg}", f)
+        check = partial(check_field, self)
 
         for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "spike_window"):
             check(is_int(getattr(self, f)) and getattr(self, f) > 0, f, "must be a positive integer")
@@ -161,6 +164,7 @@ PRESETS: dict[str, Preset] = {
 # a run's variant (`minigate train --variant`): the ModelConfig gate fields of the baseline and the two G1 gates
 VARIANTS = {"none": dict(gate="none"), "headwise": dict(gate="G1", gate_granularity="headwise"),
             "elementwise": dict(gate="G1", gate_granularity="elementwise")}
+GATED = ("headwise", "elementwise")  # the gated variants, in the order tables and figures show them
 # each variant's name where a person reads it: a shipped model's folder (code-baseline), a run folder of lesson 03's
 # GROW switch (runs/code-seed0/baseline), a figure's legend and colour (plots.COLORS), a table's row
 NAMES = {"none": "baseline", "headwise": "headwise", "elementwise": "elementwise"}

@@ -2,7 +2,7 @@
 v; the rest is random filler. The query token itself says whether the retrieval head has work to do.
 docs/experiments.md section 2 logs what it shows.
 
-    python research/associative_recall.py --gate headwise --steps 1500 --lr 1e-2 --wd 0.5 --threads 2
+    python research/associative_recall.py --variant headwise --steps 1500 --lr 1e-2 --wd 0.5 --threads 2
 """
 
 import random
@@ -50,7 +50,7 @@ def main():
         with torch.no_grad():
             hit = model(probe)[:, :-1].argmax(-1) == probe[:, 1:]
         acc = hit[is_query[:, :-1]].float().mean().item()
-        print(f"{args.gate} step {step} loss {loss:.3f} recall-acc {acc:.2f} {sink_line(model, probe)}"
+        print(f"{args.variant} step {step} loss {loss:.3f} recall-acc {acc:.2f} {sink_line(model, probe)}"
               f"{gate_means(model, probe, [is_query, ~is_query])} t={seconds:.0f}s", flush=True)
 
     fit(model, rows, probe, args, report)

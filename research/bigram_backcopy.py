@@ -1,7 +1,7 @@
 """Bigram-Backcopy (Guo et al., 2024): trigger tokens are followed by the token before them, the rest follow a
 sparse bigram chain. docs/experiments.md section 1 logs what it shows.
 
-    python research/bigram_backcopy.py --gate none --steps 1000 --lr 3e-3 --threads 2 [--no-qk-norm]
+    python research/bigram_backcopy.py --variant none --steps 1000 --lr 3e-3 --threads 2 [--no-qk-norm]
 """
 
 import torch
@@ -41,7 +41,7 @@ def main():
     everywhere = torch.ones_like(probe, dtype=torch.bool)
 
     def report(step, model, loss, seconds):
-        print(f"{args.gate} step {step} loss {loss:.3f} {sink_line(model, probe)}"
+        print(f"{args.variant} step {step} loss {loss:.3f} {sink_line(model, probe)}"
               f"{gate_means(model, probe, [everywhere])} t={seconds:.0f}s", flush=True)
 
     fit(model, rows, probe, args, report)

@@ -13,14 +13,14 @@ import torch
 
 from minigate import ModelConfig, Transformer
 from minigate.analysis import attention_sink, massive_activations
-from minigate.presets import TrainConfig
+from minigate.presets import VARIANTS, TrainConfig
 from minigate.train import train
 
 
 def parser(description: str, layers: int = 1, steps: int = 1000, batch: int = 64) -> argparse.ArgumentParser:
     """The flags every script takes; a script adds its own."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--gate", default="none", choices=("none", "headwise", "elementwise"), help="the G1 gate")
+    ap.add_argument("--variant", default="none", choices=tuple(VARIANTS), help="none (baseline), or a G1 gate")
     ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--layers", type=int, default=layers)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -38,7 +38,7 @@ def parser(description: str, layers: int = 1, steps: int = 1000, batch: int = 64
 
 def build_model(args, vocab_size: int) -> Transformer:
     torch.set_num_threads(args.threads)
-    gate = dict(gate="G1", gate_granularity=args.gate) if args.gate != "none" else {}
+    gate = VARIANTS[args.variant]
     torch.manual_seed(args.seed)
     return Transformer(ModelConfig(vocab_size=vocab_size, d_model=args.d_model, n_layers=args.layers,
                                    n_heads=args.heads, n_kv_heads=args.heads, head_dim=args.head_dim,

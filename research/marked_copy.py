@@ -2,7 +2,7 @@
 B = N+1..2N (a fixed-offset copy). The query token's own range says whether there is anything to retrieve.
 docs/experiments.md section 3 logs what it shows.
 
-    python research/marked_copy.py --gate headwise --layers 2 --steps 2000 --batch 32 --threads 2 [--gbias -2]
+    python research/marked_copy.py --variant headwise --layers 2 --steps 2000 --batch 32 --threads 2 [--gbias -2]
 
 Unlike data.copy_task: no separator unless --sep, the copy starts after (T - 1) * --frac random symbols, and
 --random-first puts a random A token at position 0 instead of <bos>.
@@ -40,13 +40,13 @@ def main():
     def report(step, model, loss, seconds):
         with torch.no_grad():
             acc = (model(probe)[:, :-1].argmax(-1) == probe[:, 1:])[:, H + 1:].float().mean().item()
-        print(f"{args.gate} step {step} loss {loss:.3f} copy-acc {acc:.2f} {sink_line(model, probe)}"
+        print(f"{args.variant} step {step} loss {loss:.3f} copy-acc {acc:.2f} {sink_line(model, probe)}"
               f"{gate_means(model, probe, [a_part, b_part])} t={seconds:.0f}s", flush=True)
 
     offset = [(lambda n: n.endswith("hook_gate_logits"), lambda x, hook: x + args.gbias)]
-    with model.hooks(offset if args.gbias and args.gate != "none" else []):  # on for training and measuring
+    with model.hooks(offset if args.gbias and args.variant != "none" else []):  # on for training and measuring
         fit(model, train_rows, probe, args, report)
-        if args.gate != "none":
+        if args.variant != "none":
             _, cache = model.run_with_cache(probe, names_filter=lambda n: n.endswith(("hook_gate", "hook_pattern")))
             for L in range(args.layers):
                 gate = cache["gate", L]  # (batch, pos, head[, d_head])

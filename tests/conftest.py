@@ -15,9 +15,8 @@ from types import MappingProxyType
 import pytest
 import torch
 
-# the folder of local corpus copies; its old name, if set, is taken over (the notebooks' kernels see the new one only)
-os.environ.setdefault("MINIGATE_CORPORA_DIR", os.environ.pop("MINIGATE_DATA_DIR", None)
-                      or str(Path(__file__).parents[1].parent / "shared" / "data"))
+# the folder of local corpus copies (the notebooks' kernels see it too)
+os.environ.setdefault("MINIGATE_CORPORA_DIR", str(Path(__file__).parents[1].parent / "shared" / "data"))
 # the token cache of this test session (and of the notebooks' kernels it starts) stays out of ~/.cache
 if "MINIGATE_CACHE_DIR" not in os.environ:
     os.environ["MINIGATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="minigate-cache-")

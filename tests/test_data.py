@@ -138,13 +138,14 @@ def test_missing_local_copy_offline_fails_fast_naming_both_fixes(tmp_path):
     assert "MINIGATE_CORPORA_DIR" in r.stderr and "wiki.test.raw" in r.stderr and "internet" in r.stderr
 
 
-def test_the_old_name_of_the_local_copies_folder_still_works_with_a_warning(monkeypatch, capsys):
+def test_the_old_name_of_the_local_copies_folder_is_refused_in_one_line_naming_the_new(monkeypatch, capsys):
     folder = os.environ["MINIGATE_CORPORA_DIR"]
     monkeypatch.delenv("MINIGATE_CORPORA_DIR")
     monkeypatch.setenv("MINIGATE_DATA_DIR", folder)
-    with pytest.warns(FutureWarning, match="MINIGATE_DATA_DIR is now MINIGATE_CORPORA_DIR"):
-        text = data.load_text("wikitext-2", "test")
-    assert text and "local copy $MINIGATE_CORPORA_DIR/wikitext-2-raw/wiki.test.raw" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="MINIGATE_DATA_DIR is now spelled MINIGATE_CORPORA_DIR: set") as e:
+        data.load_text("wikitext-2", "test")
+    assert "\n" not in str(e.value) and folder in str(e.value)
+    assert "local copy" not in capsys.readouterr().out  # nothing was read under the old name
 
 
 def test_unreachable_hub_fails_without_retrying(tmp_path, monkeypatch):

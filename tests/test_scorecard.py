@@ -279,16 +279,17 @@ def test_lines_print_each_claims_rule_beside_its_verdicts_and_mark_fragile_ones(
 def test_lr_entries():
     flat = lambda x: torch.full((16,), x, dtype=torch.float64) + torch.linspace(-0.05, 0.05, 16, dtype=torch.float64)
     maxima = lambda x: torch.full((8, 2), x, dtype=torch.float64) * torch.linspace(1, 1.1, 8)[:, None]
-    calm = sc.LrRuns(spikes={"none": 0, "gated": 0}, finished={"none": True, "gated": True},
-                     losses={"none": flat(6.5), "gated": flat(6.45)},
-                     maxima={"none": maxima(1e4), "gated": maxima(3e4)})
+    calm = sc.LrRuns(spikes={"none": 0, "elementwise": 0}, finished={"none": True, "elementwise": True},
+                     losses={"none": flat(6.5), "elementwise": flat(6.45)},
+                     maxima={"none": maxima(1e4), "elementwise": maxima(3e4)})
     e = {x.claim: x for x in sc.lr_entries(calm)}
     assert {c: x.verdict for c, x in e.items()} == {"lr spikes": "not at this scale", "lr loss": "partly",
                                                     "lr m_act": "contradicted"}
     assert all("one model" in x.fragile for x in e.values())
     assert e["lr loss"].value.startswith("6.50 -> 6.45 nats: +0.05 [")  # under half the paper's 0.23 nats: partly
-    rough = dataclasses.replace(calm, spikes={"none": 3, "gated": 0}, finished={"none": False, "gated": True},
-                                losses={"none": flat(8.0), "gated": flat(6.0)})
+    rough = dataclasses.replace(calm, spikes={"none": 3, "elementwise": 0},
+                                finished={"none": False, "elementwise": True},
+                                losses={"none": flat(8.0), "elementwise": flat(6.0)})
     e = {x.claim: x for x in sc.lr_entries(rough)}
     assert e["lr spikes"].verdict == e["lr loss"].verdict == "reproduced"
     assert e["lr spikes"].value == "3 spikes -> 0; the baseline diverged"
@@ -299,9 +300,9 @@ def test_lr_entries():
 @pytest.fixture(scope="module")
 def card():
     flat = lambda x: torch.full((8,), x, dtype=torch.float64) + torch.linspace(-0.05, 0.05, 8, dtype=torch.float64)
-    lr = sc.LrRuns(spikes={"none": 0, "gated": 0}, finished={"none": True, "gated": True},
-                   losses={"none": flat(6.5), "gated": flat(6.0)},
-                   maxima={"none": torch.ones(4, 2, dtype=torch.float64), "gated": 2 * torch.ones(4, 2)})
+    lr = sc.LrRuns(spikes={"none": 0, "elementwise": 0}, finished={"none": True, "elementwise": True},
+                   losses={"none": flat(6.5), "elementwise": flat(6.0)},
+                   maxima={"none": torch.ones(4, 2, dtype=torch.float64), "elementwise": 2 * torch.ones(4, 2)})
     return sc.scorecard(lr)
 
 

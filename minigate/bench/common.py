@@ -28,11 +28,7 @@ def qwen3_twin(cfg):
     """transformers' Qwen3ForCausalLM with the sizes of a minigate ModelConfig (random init, SDPA attention)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=cfg.max_seq_len, attn_implementation="sdpa"))
+    return Qwen3ForCausalLM(Qwen3Config(**cfg.hf_sizes(), attn_implementation="sdpa"))
 
 
 def matmul_rate(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 1.5, device="cpu") -> float:

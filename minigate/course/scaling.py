@@ -24,7 +24,7 @@ import torch
 
 from ..measure import Measurement, ratios
 from ..model import Transformer
-from ..presets import PRESETS, model_config
+from ..presets import GATED, PRESETS, model_config
 from ..pretrained import SHIPPED_DIR
 from .published import TABLE_4_RATIOS
 
@@ -35,7 +35,6 @@ MEASURES = {"sink_rate_64": "sink heads at T=64", "f_attn_excess": "F-Attn above
 # raw ratio is close to the above-uniform one (here, at T=512, uniform is 0.013 and the two differ: lesson 04). It
 # reports no sink heads
 PAPER_RATIOS = {"f_attn_excess": TABLE_4_RATIOS["f_attn"], "m_act": TABLE_4_RATIOS["m_act"]}
-GATED = ("headwise", "elementwise")
 TABLED = ("sink_rate_64", "f_attn_excess", "f_attn", "m_act")  # the table's ratios: the measures, and raw F-Attn
 
 
@@ -119,7 +118,7 @@ def _params(p: Point) -> float:
 def _tokens(p: Point) -> float:
     if p.value("tokens") is None:
         t = PRESETS[p.name].train
-        return t.steps * t.batch_size * t.seq_len * t.grad_accum
+        return t.steps * t.tokens_per_step
     return p.value("tokens")
 
 
@@ -137,19 +136,19 @@ FEWER = ("a/n: a ratio in a of the n seeds; in the others the baseline has none 
          "nothing to remove")
 
 
-def table(pts: list[Point]) -> list[str]:
-    """One line per setting and gate: parameters, tokens, seeds, each measure's baseline / gated ratio (median over
-    the seeds and their range; F-Attn both above uniform, as the course measures it, and raw, as the paper reports
-    it), the validation losses, the mean training time per model where recorded (train_s: from the run's own
-    tokens/s, so time a stopped run's machine sat idle does not count) and the baselines' median M-Act (the
-    magnitude the gate cuts: Table 4's baseline reaches 1053); a line on a/n ratios (FEWER) where
-    some seed's baseline has nothing for the gate to remove."""
+def table(pts: list[Point], gates: tuple[str, ...] = GATED) -> list[str]:
+    """One line per setting and gate (of `gates`): parameters, tokens, seeds, each measure's baseline / gated ratio
+    (median over the seeds and their range; F-Attn both above uniform, as the course measures it, and raw, as the
+    paper reports it), the validation losses, the mean training time per model where recorded (train_s: from the
+    run's own tokens/s, so time a stopped run's machine sat idle does not count) and the baselines' median M-Act (the
+    magnitude the gate cuts: Table 4's baseline reaches 1053); a line on a/n ratios (FEWER) where some seed's baseline
+    has nothing for the gate to remove."""
     lines = [f"{'setting':9s} {'params':>6s} {'tokens':>6s} {'gate':11s} {'seeds':>5s} {'sink heads':>19s} "
              f"{'F-Attn excess':>19s} {'raw F-Attn':>19s} {'M-Act':>19s} {'loss b -> g':>13s} {'min/model':>9s} "
              f"{'M-Act b':>7s}"]
     fewer = False
     for p in pts:
-        for g in GATED:
+        for g in gates:
             n = p.paired(g)
             if not n:
                 continue

@@ -16,7 +16,7 @@ Where the text comes from: if the folder named by the environment variable MINIG
 holds a local copy (`wikitext-2-raw/wiki.{train,valid,test}.raw`, `tinystories/TinyStories-{train,
 valid}.txt`), it is read; otherwise the Hugging Face Hub (`datasets.load_dataset`). One printed line
 says which. CI and the tests set MINIGATE_CORPORA_DIR=../shared/data, which holds only wiki.test.raw.
-Its old name, MINIGATE_DATA_DIR, still works, with a FutureWarning.
+Its old name, MINIGATE_DATA_DIR, is refused with one line naming the new one.
 
 The held-out split. Offline we only have WikiText-2's test split, so the `wikitext-2` corpus splits
 it by article: an article starts at a top-level heading line ` = Title = `; article number i
@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import warnings
 from pathlib import Path
 
 from .code_wheels import code_files, python_code_info
@@ -55,13 +54,12 @@ def _say(msg: str):
 
 
 def local_copies() -> str | None:
-    """The folder of local corpus copies: $MINIGATE_CORPORA_DIR, else its old name $MINIGATE_DATA_DIR (with a
-    FutureWarning); None if neither is set. Not the course's data/ folder (resources.DATA_DIR)."""
+    """The folder of local corpus copies, $MINIGATE_CORPORA_DIR; None if it is not set. Not the course's data/
+    folder (resources.DATA_DIR). Its old name alone, $MINIGATE_DATA_DIR, is a ValueError naming the new one."""
     folder = os.environ.get(LOCAL_DIR_VAR)
     if not folder and os.environ.get(OLD_LOCAL_DIR_VAR):
-        warnings.warn(f"{OLD_LOCAL_DIR_VAR} is now {LOCAL_DIR_VAR}: set {LOCAL_DIR_VAR} instead", FutureWarning,
-                      stacklevel=3)
-        folder = os.environ[OLD_LOCAL_DIR_VAR]
+        raise ValueError(f"{OLD_LOCAL_DIR_VAR} is now spelled {LOCAL_DIR_VAR}: set {LOCAL_DIR_VAR}="
+                         f"{os.environ[OLD_LOCAL_DIR_VAR]} instead")
     return folder or None
 
 

@@ -68,16 +68,17 @@ def override_entries(setting: str, models: dict, chunk_ids: torch.Tensor) -> lis
 
 @dataclass(frozen=True)
 class LrRuns:
-    """Lesson 08's high-learning-rate pair, "none" (the baseline) and "gated": spikes and whether each run finished
-    (did not diverge); each chunk's validation loss at the end; each probe window's largest |residual| per layer."""
-    spikes: dict  # {"none": int, "gated": int}
-    finished: dict  # {"none": bool, "gated": bool}
-    losses: dict  # {"none": (chunk,), "gated": (chunk,)}: mean next-token loss of each validation chunk, nats
-    maxima: dict  # {"none": (window, layer), "gated": (window, layer)}: ActivationStats.per_window on the probe
+    """Lesson 08's high-learning-rate pair, "none" (the baseline) and "elementwise": spikes and whether each run
+    finished (did not diverge); each chunk's validation loss at the end; each probe window's largest |residual| per
+    layer."""
+    spikes: dict  # {"none": int, "elementwise": int}
+    finished: dict  # {"none": bool, "elementwise": bool}
+    losses: dict  # {"none": (chunk,), "elementwise": (chunk,)}: mean next-token loss of each validation chunk, nats
+    maxima: dict  # {"none": (window, layer), "elementwise": (window, layer)}: ActivationStats.per_window on the probe
 
     @classmethod
     def measure(cls, histories: dict, models: dict, chunk_ids: torch.Tensor, probe: torch.Tensor) -> LrRuns:
-        """From the two runs' histories and models {"none": ..., "gated": ...}, on validation chunks
+        """From the two runs' histories and models {"none": ..., "elementwise": ...}, on validation chunks
         (ablation.chunks) and probe windows."""
         return cls(spikes={k: len(h.spikes) for k, h in histories.items()},
                    finished={k: "stopped" not in h.info for k, h in histories.items()},
@@ -86,25 +87,25 @@ class LrRuns:
 
 
 def lr_entries(runs: LrRuns) -> list[Entry]:
-    """The learning-rate entries (the gated model is elementwise)."""
+    """The learning-rate entries (the gated model is elementwise, as in the paper's Table 2)."""
     s, done, point = runs.spikes, runs.finished, Interval.point
     trouble = {k: s[k] + (not done[k]) for k in s}  # spikes, and a divergence counted as one more
-    ev_spikes = Evidence({"elementwise": point(trouble["none"] - trouble["gated"])}, "one run each",
-                         symptom=point(trouble["none"]), gated={"elementwise": point(trouble["gated"])})
-    diverged = [who for k, who in (("none", "the baseline"), ("gated", "the gated model")) if not done[k]]
-    losses = torch.stack([runs.losses["none"], runs.losses["gated"]], 1).double()
+    ev_spikes = Evidence({"elementwise": point(trouble["none"] - trouble["elementwise"])}, "one run each",
+                         symptom=point(trouble["none"]), gated={"elementwise": point(trouble["elementwise"])})
+    diverged = [who for k, who in (("none", "the baseline"), ("elementwise", "the gated model")) if not done[k]]
+    losses = torch.stack([runs.losses["none"], runs.losses["elementwise"]], 1).double()
     over = f"{len(losses)} validation chunks"
     (gap,) = boot(losses, lambda x, dim: x.mean(dim)[..., :1] - x.mean(dim)[..., 1:])
-    maxima = torch.stack([runs.maxima["none"], runs.maxima["gated"]], 1)  # (window, model, layer)
+    maxima = torch.stack([runs.maxima["none"], runs.maxima["elementwise"]], 1)  # (window, model, layer)
     m = halves(maxima, lambda x, d: x.amax(d)[..., 0, :].mean(-1) / x.amax(d)[..., 1, :].mean(-1))
     m_over = f"halves of {len(maxima)} windows"
-    m_act = {k: runs.maxima[k].amax(0).mean().item() for k in ("none", "gated")}
-    return [judged("lr spikes", "lesson 08", ev_spikes, f"{s['none']} spikes -> {s['gated']}; "
+    m_act = {k: runs.maxima[k].amax(0).mean().item() for k in ("none", "elementwise")}
+    return [judged("lr spikes", "lesson 08", ev_spikes, f"{s['none']} spikes -> {s['elementwise']}; "
                    + ("neither diverged" if not diverged else " and ".join(diverged) + " diverged"),
-                   f"{s['none']} -> {s['gated']} spikes"),
+                   f"{s['none']} -> {s['elementwise']} spikes"),
             judged("lr loss", "lesson 08", Evidence({"elementwise": gap}, over),
                    f"{losses[:, 0].mean():.2f} -> {losses[:, 1].mean():.2f} nats: {gap.estimate:+.2f} "
                    f"{iv_text(gap, '+.2f')} ({over})", f"{gap.estimate:+.2f} nats"),
             judged("lr m_act", "lesson 08", Evidence({"elementwise": m}, m_over),
-                   f"{m_act['none']:.2g} -> {m_act['gated']:.2g}: {m.estimate:.2f}x {iv_text(m, '.2f')} "
+                   f"{m_act['none']:.2g} -> {m_act['elementwise']:.2g}: {m.estimate:.2f}x {iv_text(m, '.2f')} "
                    f"({m_over})", f"{m.estimate:.2f}x")]

@@ -16,17 +16,14 @@ normed hidden state by extra rows of q_proj: the paper's elementwise G1 gate. Th
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 from einops import rearrange
-from safetensors.torch import save
 
 from .model import Transformer
-from .pretrained import _as_dtype, save_tokenizer, to_official_state_dict
-from .runfolder import atomic_write
+from .pretrained import to_official_state_dict, write_folder
 
 
 def _check_exportable(model: Transformer) -> None:
@@ -88,12 +85,4 @@ def export_qwen3_next(model: Transformer, path: str | os.PathLike, dtype: torch.
     (config.json and model.safetensors, `dtype` as in save_pretrained; `tokenizer`: a tokenizer.json to put beside
     them, with its tokenizer_config.json). Refuses, naming the setting, a model Qwen3-Next cannot express."""
     _check_exportable(model)
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    dtype = _as_dtype(dtype) if dtype is not None else None
-    tensors = {k: v.to("cpu", dtype or v.dtype).contiguous() for k, v in qwen3_next_state_dict(model).items()}
-    atomic_write(path / "model.safetensors", lambda f: f.write(save(tensors, metadata={"format": "pt"})))
-    atomic_write(path / "config.json", lambda f: f.write(json.dumps(qwen3_next_config(model), indent=2).encode()))
-    if tokenizer is not None:
-        save_tokenizer(tokenizer, path)
-    return path
+    return write_folder(path, qwen3_next_state_dict(model), qwen3_next_config(model), dtype, tokenizer)

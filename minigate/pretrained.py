@@ -66,12 +66,19 @@ def save_pretrained(model: Transformer, path: str | os.PathLike, dtype: torch.dt
     """Write config.json (official keys) and model.safetensors (official names) into `path`; `dtype` (e.g.
     torch.bfloat16) stores the weights in it, half the size: from_pretrained gives back exactly those values.
     `tokenizer` (a tokenizer.json, e.g. data/tokenizer.json) is saved beside them with `save_tokenizer`."""
+    return write_folder(path, to_official_state_dict(model), model.cfg.to_hf_config(), dtype, tokenizer)
+
+
+def write_folder(path: str | os.PathLike, state_dict: dict[str, torch.Tensor], config: dict,
+                 dtype: torch.dtype | str | None = None, tokenizer: str | os.PathLike | None = None) -> Path:
+    """A Hugging Face model folder, each file written atomically: model.safetensors (the tensors, in `dtype` if
+    given), config.json, and the tokenizer beside them if given. save_pretrained and export_qwen3_next write this."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     dtype = _as_dtype(dtype) if dtype is not None else None
-    tensors = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in to_official_state_dict(model).items()}
+    tensors = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in state_dict.items()}
     atomic_write(path / "model.safetensors", lambda f: f.write(save(tensors, metadata={"format": "pt"})))
-    atomic_write(path / "config.json", lambda f: f.write(json.dumps(model.cfg.to_hf_config(), indent=2).encode()))
+    atomic_write(path / "config.json", lambda f: f.write(json.dumps(config, indent=2).encode()))
     if tokenizer is not None:
         save_tokenizer(tokenizer, path)
     return path

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,19 +105,30 @@ def _recorded_run(out: Path, preset: str, variant: str) -> dict:
     return run_json
 
 
-def _coerce(default, value: str, name: str):
-    """Turn the text of --set into the type of the field's current value."""
-    if isinstance(default, bool):
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"--set {name}={value}: expected true or false")
-        return value.lower() in ("true", "1")
-    if isinstance(default, tuple):
-        return tuple(float(v) for v in value.split(","))
-    try:
-        return type(default)(value)
-    except ValueError:
-        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
-        raise ValueError(f"--set {name}={value}: expected {kind}") from None
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", tuple: "numbers separated by commas"}
+
+
+def _read(kind: type, text: str):
+    """`text` as a value of type `kind`; a ValueError if it is not one."""
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(text)
+        return text.lower() in ("true", "1")
+    if kind is tuple:
+        return tuple(float(v) for v in text.split(","))
+    return kind(text)
+
+
+def _coerce(kind, value: str, name: str):
+    """The text of --set NAME=VALUE as the field's declared type (a union, e.g. `bool | str`: the first that reads
+    it); a ValueError saying what it expected."""
+    kinds = typing.get_args(kind) or (kind,)
+    for k in kinds:
+        try:
+            return _read(k, value)
+        except ValueError:
+            pass
+    raise ValueError(f"--set {name}={value}: expected " + " or ".join(_EXPECTED.get(k, k.__name__) for k in kinds))
 
 
 def configs(preset: str, variant: str, recorded: dict | None = None, sets: dict | None = None,
@@ -129,7 +141,7 @@ def configs(preset: str, variant: str, recorded: dict | None = None, sets: dict 
     model_kw = dict(recorded["model"]) if recorded else dict(PRESETS[preset].model, **VARIANTS[variant])
     train_kw = dict(recorded["train"]) if recorded else dataclasses.asdict(PRESETS[preset].train)
     sets = sets or {}
-    model_fields, train_fields = ModelConfig().to_dict(), dataclasses.asdict(TrainConfig())
+    model_fields, train_fields = typing.get_type_hints(ModelConfig), typing.get_type_hints(TrainConfig)  # name: type
     for name, value in sets.items():  # a ModelConfig or TrainConfig field
         if name in model_fields:
             model_kw[name] = _coerce(model_fields[name], value, name)

@@ -118,3 +118,17 @@ def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys,
         capsys.readouterr()
         assert main(["train", *ci_args, "--out", str(tmp_path / "x"), "--set", bad]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_set_reads_each_value_as_its_fields_declared_type():
+    """--set text becomes the dataclass field's type: a union such as TrainConfig.compile (bool | str) takes the
+    first type that reads it, so compile=false is False and compile=auto stays 'auto'."""
+    from minigate.run import configs
+
+    model_cfg, train_cfg = configs("ci", "headwise", sets={"compile": "false", "betas": "0.9,0.99", "qk_norm": "0",
+                                                            "gate_bias": "-2", "eval_every": "7"})
+    assert (train_cfg.compile, train_cfg.betas, model_cfg.qk_norm, model_cfg.gate_bias, train_cfg.eval_every) == \
+        (False, (0.9, 0.99), False, -2.0, 7)
+    assert configs("ci", "none", sets={"compile": "auto"})[1].compile == "auto"
+    with pytest.raises(ValueError, match=r"^--set betas=a,b: expected numbers separated by commas$"):
+        configs("ci", "none", sets={"betas": "a,b"})

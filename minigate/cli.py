@@ -2,6 +2,7 @@
 
     minigate train --preset ci --variant headwise --out runs/ci-headwise     # Ctrl-C: resumable checkpoint
     minigate train --preset ci --variant headwise --out runs/ci-headwise --resume
+    minigate train --preset ci --variant headwise --out runs/ci-headwise --progress json  # JSON lines, for a program
     minigate eval runs/ci-headwise                                           # validation loss, perplexity
     torchrun --nproc_per_node 2 $(which minigate) train --preset ci --variant headwise --out runs/ci-ddp  # DDP
 
@@ -37,7 +38,8 @@ def cmd_train(args) -> int:
         say(f"training data-parallel on {ranks.world} processes ({distributed.backend()}); rank 0 writes {plan.out}",
             flush=True)
     try:
-        history = execute(plan, progress=not args.quiet and ranks.main, announce=lambda line: say(line, flush=True))
+        progress = not args.quiet and ranks.main and args.progress  # "bar", "json" or False: train()'s progress
+        history = execute(plan, progress=progress, announce=lambda line: say(line, flush=True))
     except Interrupted as e:
         distributed.barrier(ranks)  # rank 0 has written the checkpoint: all leave together
         say(f"stopped ({signal_name(e.signum)}); continue with: {plan.resume_command}", flush=True)
@@ -150,7 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="cpu, cuda, mps (default: the best available)")
     t.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), help="default: auto")
     t.add_argument("--tokenizer", help="tokenizer.json (default: data/tokenizer.json)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--quiet", action="store_true", help="no progress bar (nor JSON lines)")
+    t.add_argument("--progress", choices=("bar", "json"), default="bar",
+                   help="bar: a progress bar on stderr (the default); json: a line of JSON on stdout every 2 s and at "
+                        'the end, {"step": 520, "steps": 4000, "loss": ..., "val_loss": ..., "tokens_per_s": ...}, '
+                        "for a program to follow")
     t.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's choice)")
     e = sub.add_parser("eval", help="validation loss and perplexity of a trained model")
     e.add_argument("dir", help="a run folder (from minigate train) or a model folder")

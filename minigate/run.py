@@ -180,7 +180,7 @@ def plan_run(preset: str, variant: str, out, resume: bool = False, sets: dict | 
     return plan
 
 
-def execute(plan: RunPlan, progress: bool = True, announce=print) -> History:
+def execute(plan: RunPlan, progress: bool | str = True, announce=print) -> History:
     """Load the data, build the model and the run.json record, and train (with a sink tracker): train() checks,
     locks and writes the run folder. `announce(line)` gets one line once train() holds the folder, before the
     first step. Raises train()'s Interrupted and TrainingDiverged, its ValueErrors for inputs that do not fit,

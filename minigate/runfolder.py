@@ -24,6 +24,7 @@ import socket
 import time
 from pathlib import Path
 
+import psutil
 from filelock import FileLock, Timeout
 
 LOCK_NAME = ".lock"  # names the holder: pid=, host=, started= lines
@@ -82,33 +83,9 @@ def _read_holder(path: Path) -> dict:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process `pid` runs on this machine. Sends nothing: os.kill(pid, 0) only checks, on POSIX."""
-    if not 0 < pid < 2**31:
-        return False
-    if os.name == "nt":  # os.kill would terminate it here: ask Windows for its exit code instead
-        import ctypes
-        from ctypes import wintypes
-
-        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-        kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
-        kernel32.OpenProcess.restype = wintypes.HANDLE
-        kernel32.GetExitCodeProcess.argtypes = (wintypes.HANDLE, ctypes.POINTER(wintypes.DWORD))
-        kernel32.CloseHandle.argtypes = (wintypes.HANDLE,)
-        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-        if not handle:
-            return ctypes.get_last_error() == 5  # ERROR_ACCESS_DENIED: it runs, protected
-        code = wintypes.DWORD()
-        try:
-            return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
-        finally:
-            kernel32.CloseHandle(handle)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it runs, as another user
-        return True
-    return True
+    """Whether process `pid` runs on this machine (psutil asks the OS; nothing is sent to it). A process that ended but
+    that its parent has not yet waited for (a zombie) still counts, as the OS still lists it."""
+    return 0 < pid < 2**31 and psutil.pid_exists(pid)
 
 
 def lock_holder(folder: str | os.PathLike) -> dict | None:
@@ -128,10 +105,8 @@ class RunLock:
 
     When another process holds the folder, `timeout` 0 refuses at once (RunFolderInUse) and `timeout` > 0 waits up to
     that many seconds first. Re-entrant within one process: a nested `with RunLock(folder)` in the holder is a no-op,
-    never a deadlock. A `.lock` left by a process that no longer runs (the OS dropped its lock) is reported and taken
-    over."""
-
-    _held: dict[Path, list] = {}  # folder -> [FileLock, depth], for this process
+    never a deadlock (filelock's own count: one FileLock per path in a process, is_singleton). A `.lock` left by a
+    process that no longer runs (the OS dropped its lock) is reported and taken over."""
 
     def __init__(self, folder: str | os.PathLike, timeout: float = 0):
         self.folder = Path(folder).resolve()
@@ -146,17 +121,17 @@ class RunLock:
         return f"process {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
 
     def __enter__(self) -> RunLock:
-        if self.folder in self._held:
-            self._held[self.folder][1] += 1
-            return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.folder / OS_LOCK_NAME, thread_local=False)  # any thread of the holder may release it
+        # the same FileLock for this folder everywhere in this process; any thread of the holder may release it
+        self._lock = lock = FileLock(self.folder / OS_LOCK_NAME, thread_local=False, is_singleton=True)
         try:
             lock.acquire(timeout=self.timeout)
         except Timeout:
             who = self._holder() or "unknown"
             raise RunFolderInUse(f"{self.folder} is in use by another run ({who}); wait for it to finish, stop it "
                                  "(Ctrl-C checkpoints it), or choose another --out") from None
+        if lock.lock_counter > 1:  # this process held the folder already: filelock counted one more level, no wait
+            return self
         try:
             who = self._holder()
             if who:  # named, yet nobody held the lock: its process died without cleaning up
@@ -166,21 +141,19 @@ class RunLock:
         except BaseException:
             lock.release()
             raise
-        self._held[self.folder] = [lock, 1]
         return self
 
     def __exit__(self, *exc):
-        entry = self._held[self.folder]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._held[self.folder]
-            try:  # both files go while the lock is still held: the next holder finds no stale `.lock`
+        lock = self._lock
+        try:
+            if lock.lock_counter == 1:  # the outermost exit: both files go while the lock is still held (the next
+                # holder finds no stale `.lock`); an inner one only lowers filelock's count
                 with contextlib.suppress(OSError):  # on Windows a status check may have it open for an instant
                     self.path.unlink(missing_ok=True)
                 if os.name != "nt":  # a waiter that opened this inode sees it unlinked and retries on the new file;
                     (self.folder / OS_LOCK_NAME).unlink(missing_ok=True)  # Windows: filelock removes it after release
-            finally:
-                entry[0].release()
+        finally:
+            lock.release()
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:

@@ -14,7 +14,8 @@ count matrix times the values (one matmul); any other statistic gathers (n_boot,
 reduces over the unit axis.
 
 For a handful of seeds, where a bootstrap has too few units, `t_quantile(p, df)` gives Student's t quantile for a t
-interval, mean ± t_quantile((1 + level) / 2, n - 1) · s / sqrt(n).
+interval, mean ± t_quantile((1 + level) / 2, n - 1) · s / sqrt(n): scipy.stats.t's, with a one-line error for input
+that has no quantile.
 """
 
 from __future__ import annotations
@@ -103,57 +104,15 @@ def bootstrap_ci(values_per_unit, stat=torch.mean, n_boot: int = 1000, ci: float
 
 # ── Student's t, for an interval over a few seeds ─────────────────────────────────────────────────────
 
-def _incomplete_beta(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), from its continued fraction (modified Lentz; Numerical
-    Recipes, 3rd ed., section 6.4), to about 1e-15."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):  # the fraction converges fast below this point: use the symmetry
-        return 1.0 - _incomplete_beta(1.0 - x, b, a)
-    front = math.exp(a * math.log(x) + b * math.log1p(-x) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)) / a
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    f = d
-    for m in range(1, 100_000):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even and the odd step of the fraction
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            f *= c * d
-        if abs(c * d - 1.0) < 1e-16:
-            break
-    return front * f
-
-
 def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t distribution with df degrees of freedom (df > 0, not necessarily whole):
     t_quantile(0.975, 4) = 2.776..., the factor of a 95% interval over 5 seeds, mean ± t · s / sqrt(n) with
-    df = n - 1. Exact to about 1e-12: bisection on the t distribution's tail, P(|T| > t) = I_x(df/2, 1/2) with
-    x = df / (df + t²), the regularized incomplete beta function."""
+    df = n - 1. scipy.stats.t.ppf computes it; this checks the input first, with a one-line error."""
     p, df = (x.item() if isinstance(x, torch.Tensor) and x.numel() == 1 else x for x in (p, df))
     if not (isinstance(p, numbers.Real) and 0 < p < 1):
         raise ValueError(f"t_quantile: p={p!r} is a probability strictly between 0 and 1 (0.975 for a 95% interval)")
     if not (isinstance(df, numbers.Real) and not isinstance(df, bool) and math.isfinite(df) and df > 0):
         raise ValueError(f"t_quantile: df={df!r} degrees of freedom; it must be a number above 0")
-    p, df = float(p), float(df)
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    tail = 2.0 * (1.0 - p)  # P(|T| > t) = I_x(df/2, 1/2), which grows with x = df / (df + t²) as t shrinks
-    lo, hi = 0.0, 1.0  # x
-    for _ in range(2000):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if _incomplete_beta(mid, df / 2, 0.5) < tail:
-            lo = mid
-        else:
-            hi = mid
-    x = 0.5 * (lo + hi)
-    return math.sqrt(df * (1.0 - x) / x)
+    from scipy import stats  # here, not at the top: importing it takes a second or two, and only this needs it
+
+    return float(stats.t.ppf(float(p), float(df)))

@@ -58,6 +58,10 @@ from .pretrained import save_pretrained
 from .runfolder import RunLock, atomic_write, check_writable, remove_orphans
 
 
+PROGRESS = (True, "bar", "json", False)  # train(progress=...): tqdm's bar (True or "bar"), JSON lines, nothing
+JSON_EVERY_S = 2.0  # progress="json": seconds between two lines (and one at the last step)
+
+
 class TrainingDiverged(RuntimeError):
     """The loss (or gradient) became NaN or infinite; `.history` holds the run up to that point."""
 
@@ -135,6 +139,10 @@ def train(model, train_data: torch.Tensor, val_data: torch.Tensor, train_cfg: Tr
           run_json: dict | None = None, tokenizer=None, on_start=None) -> History:
     """Train `model` on the token stream `train_data` (1-d ids), evaluating on `val_data`.
 
+    progress: True or "bar", tqdm's bar on stderr; "json", a line of JSON on stdout every JSON_EVERY_S seconds and
+    at the last step, {"step": 520, "steps": 4000, "loss": 3.1, "val_loss": 3.2 or null, "tokens_per_s": 5123}, for
+    a program to follow (`minigate train --progress json`; lesson 03's GROW reads it); False, nothing.
+
     callback(step, model, history) runs every train_cfg.callback_every steps, in eval mode without gradients,
     and may return a dict of numbers to store in history.metrics. With out_dir: the run folder of the module
     docstring (checkpoints, history.json, run.json from `run_json` and the precision used, and the final model in
@@ -144,6 +152,8 @@ def train(model, train_data: torch.Tensor, val_data: torch.Tensor, train_cfg: Tr
     checkpoint. Ctrl-C (SIGINT) or SIGTERM lets the current step finish, writes a checkpoint, then raises
     `Interrupted` (a KeyboardInterrupt). While it runs, out_dir is locked: a second run into it is refused.
     """
+    if progress not in PROGRESS:
+        raise ValueError(f"progress={progress!r}: True or 'bar' (a progress bar), 'json' (JSON lines) or False")
     with _DeferStop() as stop:  # from the start: a Ctrl-C during setup also stops cleanly after a step
         trainer = Trainer(model, train_data, val_data, train_cfg, callback, info)  # checks the inputs; writes nothing
         if out_dir is None:
@@ -251,11 +261,12 @@ class Trainer:
         if self.out_dir is not None:
             tqdm.write(f"resuming {self.out_dir} at step {self.step}/{self.train_cfg.steps}")
 
-    def loop(self, progress: bool = True, stop: _DeferStop | None = None) -> History:
-        """Step to train_cfg.steps, checkpointing as configured and at the end."""
+    def loop(self, progress: bool | str = True, stop: _DeferStop | None = None) -> History:
+        """Step to train_cfg.steps, checkpointing as configured and at the end; `progress` as train()'s."""
         train_cfg, history = self.train_cfg, self.history
-        pbar = tqdm(total=train_cfg.steps, initial=self.step, disable=not (progress and self.ranks.main),
-                    desc="train", dynamic_ncols=True)
+        bar = progress in (True, "bar") and self.ranks.main
+        pbar = tqdm(total=train_cfg.steps, initial=self.step, disable=not bar, desc="train", dynamic_ncols=True)
+        json_lines, said = progress == "json" and self.ranks.main, -math.inf  # said: when the last line was written
         try:
             for step in range(self.step + 1, train_cfg.steps + 1):
                 lr, loss, grad_norm, tok_s, aux = self.train_step(step)
@@ -268,6 +279,11 @@ class Trainer:
                 pbar.update(1)
                 val = f"{history.val_loss[-1]:.3f}" if history.val_loss else "-"
                 pbar.set_postfix(loss=f"{loss:.3f}", val=val, tok_s=f"{tok_s:,.0f}", refresh=False)
+                if json_lines and (step == train_cfg.steps or time.monotonic() - said >= JSON_EVERY_S):
+                    print(json.dumps({"step": step, "steps": train_cfg.steps, "loss": round(loss, 4),
+                                      "val_loss": round(history.val_loss[-1], 4) if history.val_loss else None,
+                                      "tokens_per_s": round(tok_s)}), flush=True)
+                    said = time.monotonic()
                 if distributed.any_rank(stop is not None and stop.requested is not None, self.ranks, self.device):
                     raise Interrupted((stop and stop.requested) or signal.SIGTERM)  # every rank, after this step
         except KeyboardInterrupt as e:

@@ -30,8 +30,8 @@ import json
 import platform
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,8 +192,9 @@ def main(argv=None) -> int:
         print(f"(no CUDA here: skipping the GPU points {sorted({p for p, _, _ in queue if p in GPU})})", flush=True)
         queue = [q for q in queue if q[0] not in GPU]
     prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
-    assert measure.windows_digest(prose) == measure.stored("code-baseline")["protocol"]["windows_sha256"], (
-        "these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy they came from")
+    if measure.windows_digest(prose) != measure.stored("code-baseline")["protocol"]["windows_sha256"]:
+        raise ValueError("these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy "
+                         "they came from")
     key = lambda r: (r["point"], r["seed"], r["variant"])  # noqa: E731
     # run: what was measured before is kept; measure: measured again where its run is here (a GPU point's is not)
     skip = {key(r) for r in stored_rows()} if args.what == "run" else set()
@@ -219,31 +220,28 @@ def main(argv=None) -> int:
     for q in queue:  # finished before: measured now if it never was
         if q not in todo:
             measured(*q)
-    running, took, t0 = {}, [], time.time()  # (point, seed, variant) -> (thread, start, rc); seconds each took
-    while todo or running:
-        while todo and len(running) < args.jobs and (
-                args.deadline is None or not took or time.time() - t0 + max(took) < args.deadline):
-            q = todo.pop(0)
-            print(f"{time.strftime('%H:%M:%S')} training {q[0]} seed {q[1]} {q[2]}", flush=True)
-            result = {}
-            th = threading.Thread(target=lambda q=q, result=result: result.update(rc=train(*q, args.threads)))
-            th.start()
-            running[q] = (th, time.time(), result)
-        if todo and not running:  # the deadline leaves no room for what is left
-            print(f"stopping before {len(todo)} runs: the longest took {max(took):.0f} s, {args.deadline:.0f} s "
-                  f"allowed from the start", flush=True)
-            break
-        time.sleep(2)
-        for q, (th, start, result) in list(running.items()):
-            if th.is_alive():
-                continue
-            del running[q]
-            took.append(time.time() - start)
-            rc = result.get("rc", 1)  # none: train() raised (its traceback is above)
-            if rc:
-                print(f"{q[0]} seed {q[1]} {q[2]}: minigate train exited with {rc}; see its log", flush=True)
-                return rc
-            measured(*q)
+    took, t0 = [], time.time()  # seconds each training took
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # `--jobs` trainings at once, each a process of its own
+        running = {}  # future -> ((point, seed, variant), its start)
+        while todo or running:
+            while todo and len(running) < args.jobs and (
+                    args.deadline is None or not took or time.time() - t0 + max(took) < args.deadline):
+                q = todo.pop(0)
+                print(f"{time.strftime('%H:%M:%S')} training {q[0]} seed {q[1]} {q[2]}", flush=True)
+                running[pool.submit(train, *q, args.threads)] = (q, time.time())
+            if todo and not running:  # the deadline leaves no room for what is left
+                print(f"stopping before {len(todo)} runs: the longest took {max(took):.0f} s, {args.deadline:.0f} s "
+                      f"allowed from the start", flush=True)
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                q, start = running.pop(future)
+                took.append(time.time() - start)
+                rc = future.result()  # train() raising (not the run failing: that is an exit code) raises here
+                if rc:
+                    print(f"{q[0]} seed {q[1]} {q[2]}: minigate train exited with {rc}; see its log", flush=True)
+                    return rc  # once the trainings running beside it have ended, as before
+                measured(*q)
     return 0
 
 

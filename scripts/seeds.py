@@ -60,7 +60,9 @@ def counted(r: dict, preset: str) -> dict:
     cfg = model_config(preset)
     heads = cfg.n_layers * cfg.n_heads
     count = lambda rate: None if rate is None else round(rate * heads)
-    assert all(rate is None or abs(rate * heads - count(rate)) < 1e-6 for rate in (r["sink_rate"], r["sink_rate_64"]))
+    if not all(rate is None or abs(rate * heads - count(rate)) < 1e-6 for rate in (r["sink_rate"], r["sink_rate_64"])):
+        raise ValueError(f"seed {r['seed']} {r['variant']}: its sink rates are not counts over the {heads} heads of "
+                         f"{preset}; is it a {preset} row? Pass the --preset it was measured with")
     return dict(r, heads=heads, sink_heads=count(r["sink_rate"]), sink_heads_64=count(r["sink_rate_64"]))
 
 
@@ -84,7 +86,9 @@ def main(argv=None) -> int:
         if not (folder / measure.MEASUREMENTS).is_file():
             continue
         stored = measure.stored(folder.name)
-        assert stored["protocol"]["windows_sha256"] == digest, f"{folder.name} was measured on other windows"
+        if stored["protocol"]["windows_sha256"] != digest:
+            raise ValueError(f"{folder.name} was measured on other windows: set MINIGATE_CORPORA_DIR to the "
+                             "WikiText-2 copy it was measured on, or measure it again (scripts/ship.py --measure)")
         rows.append(row(0, variant, measure.Measurement.from_record(stored), folder))
     for spec in args.runs:
         seed, pattern = spec.split("=", 1)
@@ -94,7 +98,9 @@ def main(argv=None) -> int:
                 print(f"seeds: {folder} is not finished; leaving seed {seed} {name} out", file=sys.stderr)
                 continue
             recorded = read_run_json(folder)["train"]["seed"]
-            assert recorded == int(seed), f"{folder} is seed {recorded}, not {seed}"
+            if recorded != int(seed):
+                raise ValueError(f"{folder} is seed {recorded} (its run.json), not {seed}: pass --runs "
+                                 f"{recorded}={pattern}")
             measured = measure.measure_folder(folder, prose, name=f"seed{seed}-{name}")
             rows.append(row(int(seed), variant, measured, folder))
             print(f"seeds: seed {seed} {name}: {rows[-1]['sink_heads_64']} sink heads at T=64, strongest "
@@ -102,9 +108,13 @@ def main(argv=None) -> int:
                   f"{rows[-1]['m_act']:.0f}", flush=True)
     for path in args.rows:
         got = json.loads(Path(path).read_text())
-        assert got["preset"] == args.preset, f"{path} holds {got['preset']} runs, not {args.preset}"
+        if got["preset"] != args.preset:
+            raise ValueError(f"{path} holds {got['preset']} runs, not {args.preset}: pass --preset {got['preset']}, "
+                             "or leave the file out")
         sha = got.get("windows_sha256") or got.get("protocol", {}).get("windows_sha256", digest)
-        assert sha == digest, f"{path} was measured on other windows"
+        if sha != digest:
+            raise ValueError(f"{path} was measured on other windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy "
+                             "its rows were measured on, or leave the file out")
         measured = {(r["seed"], r["variant"]) for r in rows}  # measured here: they replace a stored row
         rows += [dict(counted(r, args.preset), **({"device": got["device"]} if "device" in got else {}))
                  for r in got.get("rows", []) if (r["seed"], r["variant"]) not in measured]

@@ -71,6 +71,8 @@ COLAB: dict[str, str | None] = {
     "nbclient": "0.10.4",
     "jupyter_client": "7.4.9",
     "filelock": "3.32.3",
+    "scipy": "1.16.3",
+    "psutil": "5.9.5",
     # the kernel and the widgets: ipykernel runs the lessons, notebook 6 and widgetsnbextension 3 go with ipywidgets 7
     "ipykernel": "6.17.1",
     "jupyter_core": "5.9.1",

@@ -1,6 +1,8 @@
 """Lesson 03's GROW switch (minigate.course.grow): the three models trained in one background process, progress read
-from the run folders, a killed run resumed, and lesson 04's measurement of the learner's own models."""
+from the run folders and the JSON lines of `minigate train --progress json`, a killed run resumed, the processes of a
+stopped one found ended (psutil), and lesson 04's measurement of the learner's own models."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -9,11 +11,12 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 import torch
 
 from minigate import Transformer, measure
-from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, find_grown, recipe_for
+from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, _any_running, _tree, find_grown, recipe_for
 from minigate.presets import NAMES, PRESETS, VARIANTS, model_config
 from minigate.pretrained import SHIPPED_DIR
 from minigate.runfolder import lock_holder
@@ -32,7 +35,8 @@ def wait(grow: Grow, until, timeout: float = 90.0):
 def test_the_recipe_is_code_on_a_cpu_and_code_gpu_on_cuda():
     assert recipe_for("cpu") == CPU_RECIPE == "code" and recipe_for("cuda") == recipe_for("cuda:0") == GPU_RECIPE
     assert Grow(seed=2, preset="code", root="runs").command("headwise")[3:] == [
-        "train", "--preset", "code", "--variant", "headwise", "--out", "runs/code-seed2/headwise", "--set", "seed=2"]
+        "train", "--preset", "code", "--variant", "headwise", "--out", "runs/code-seed2/headwise", "--set", "seed=2",
+        "--progress", "json"]
     with pytest.raises(ValueError, match="unknown preset 'cod'"):
         Grow(preset="cod")
 
@@ -48,6 +52,11 @@ def test_start_trains_the_three_in_the_background_once(tmp_path):
         assert (p.step, p.steps, p.state) == (4, 4, "done")
         record = json.loads((grow.folder(variant) / "run.json").read_text())
         assert record["train"]["seed"] == 3 and record["train"]["steps"] == 4
+        lines = [json.loads(line) for line in grow.log(variant).read_text().splitlines() if line.startswith("{")]
+        assert lines[0]["step"] == 1 and lines[-1] == {"step": 4, "steps": 4, "loss": lines[-1]["loss"],
+                                                       "val_loss": lines[-1]["val_loss"],
+                                                       "tokens_per_s": lines[-1]["tokens_per_s"]}
+        assert all(isinstance(lines[-1][k], (int, float)) for k in ("loss", "val_loss", "tokens_per_s"))
     assert "done: validation loss" in grow.log("elementwise").read_text()
 
 
@@ -57,7 +66,11 @@ def test_progress_is_read_from_a_running_folder(tmp_path):
     (grow.folder("none")).mkdir(parents=True)
     (grow.folder("none") / "history.json").write_text(json.dumps({"step": [1, 2, 500], "metrics": [
         {"step": 250, "sink_rate_64": 0.125, "f_attn_excess": 0.01, "m_act": 20.0}]}))
-    grow.log("none").write_text("train:  13%|#3  | 520/4000 [01:05<07:10, 8.1it/s, loss=3.1]\n")
+    grow.log("none").write_text("x" * 5000 + "\n"  # beyond the tail that is read
+                                'resuming runs/x at step 500/4000\n{"step": 510, "steps": 4000, "loss": 3.2}\n'
+                                "train:  13%|#3  | 530/4000 [01:05<07:10, 8.1it/s, loss=3.1]\n"  # a bar: not read
+                                '{"step": 520, "steps": 4000, "loss": 3.1, "val_loss": null, "tokens_per_s": 900}\n'
+                                "a message after it\n")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from minigate.runfolder import RunLock\n"
                                f"with RunLock({str(grow.base)!r}):\n    print('held', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)  # what the background process holds while it works
@@ -116,12 +129,46 @@ def test_the_estimate_times_a_few_steps_of_each_model():
         Grow(preset="ci", sets={"nope": 1}).estimate(steps=1, warmup=1)  # the runs' own configs, --set included
 
 
-def _alive(pid: int) -> bool:
+def test_progress_lines_are_json_from_train_itself(capsys):
+    """train(progress="json"): a line of JSON on stdout every JSON_EVERY_S seconds (the first step's at once) and at
+    the last step, and nothing else there; a progress it does not know is refused before it trains."""
+    cfg = dataclasses.replace(PRESETS["ci"].train, steps=3, warmup_steps=1, eval_every=2, eval_batches=1,
+                              batch_size=2, seq_len=32, ckpt_every=0, ckpt_minutes=0, compile=False, device="cpu")
+    torch.manual_seed(0)
+    model = Transformer(model_config("ci", "none"))
+    ids = torch.randint(1, model.cfg.vocab_size, (2000,))
+    history = train(model, ids, ids[:200], cfg, progress="json")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    steps = [r["step"] for r in lines]  # [1, 3] unless a step took 2 s
+    assert steps[0] == 1 and steps[-1] == 3 and steps == sorted(set(steps)) and {r["steps"] for r in lines} == {3}
+    assert lines[-1]["loss"] == round(history.loss[-1], 4) and lines[-1]["val_loss"] == round(history.val_loss[-1], 4)
+    assert lines[0]["val_loss"] is None  # no evaluation before step 2
+    with pytest.raises(ValueError, match="progress='jsonl': True or 'bar' .*, 'json' .* or False"):
+        train(model, ids, ids[:200], cfg, progress="jsonl")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX zombies")
+def test_a_process_tree_has_ended_when_each_has_ended_or_is_a_zombie():
+    """stop() waits on the background process and what it started (psutil): an ended process its parent has not yet
+    waited for (a zombie) has ended; a pid with no process has no tree."""
+    p = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                          "print(child.pid, flush=True)\nchild.wait()"], stdout=subprocess.PIPE, text=True)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        child = int(p.stdout.readline())
+        tree = _tree(p.pid)
+        assert [q.pid for q in tree] == [p.pid, child] and _any_running(tree)
+        os.kill(child, signal.SIGKILL)  # p waits for it and ends; nobody waits for p yet: a zombie
+        t0 = time.monotonic()
+        while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() - t0 < 10
+            time.sleep(0.02)
+        assert not _any_running(tree)
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    assert _tree(p.pid) == [] and not _any_running(tree)
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX process groups (on Windows stop() sends CTRL_BREAK to the group)")
@@ -141,7 +188,7 @@ def test_stop_checkpoints_the_model_in_training_and_ends_the_whole_group(tmp_pat
                                             text=True).stdout.split()]
     assert len(group) >= 2  # the background process and its `minigate train`
     said = grow.stop()
-    assert not grow.running() and not any(_alive(p) for p in group), said
+    assert not grow.running() and not any(psutil.pid_exists(p) for p in group), said
     assert said.startswith("stopped: baseline stopped at step") and "headwise waiting" in said
     assert (grow.folder("none") / "checkpoint.pt").is_file()  # written on SIGTERM (ckpt_every is never reached)
     assert "SIGTERM: finishing this step" in grow.log("none").read_text()
@@ -163,8 +210,6 @@ def _tiny_run(folder, preset: str, variant: str):
     ids = torch.randint(1, model.cfg.vocab_size, (4000,))
     small = dict(steps=2, warmup_steps=1, batch_size=2, seq_len=32, eval_every=2, eval_batches=1, ckpt_every=0,
                  ckpt_minutes=0, compile=False, device="cpu", precision="fp32")
-    import dataclasses
-
     train(model, ids, ids[:200], dataclasses.replace(cfg, **small), out_dir=folder, progress=False)
 
 

@@ -152,3 +152,56 @@ def test_reentrant_in_one_process_released_on_any_exit(tmp_path):
     with pytest.raises(ValueError, match="boom"), RunLock(tmp_path):
         raise ValueError("boom")
     assert _no_lock_files(tmp_path) and _try(tmp_path) == (0, "")
+
+
+def test_nesting_is_filelocks_own_count_however_deep(tmp_path):
+    """Every `with RunLock(folder)` in one process shares filelock's one lock for the folder (is_singleton): an inner
+    one, with or without a timeout, takes a level at once, and only the outermost exit lets go."""
+    outer = RunLock(tmp_path)
+    with outer:
+        start = time.monotonic()
+        with RunLock(tmp_path, timeout=5), RunLock(str(tmp_path) + "/.", timeout=0), outer:  # the same folder
+            assert outer._lock.lock_counter == 4
+        assert time.monotonic() - start < 0.5  # no level waited
+        assert outer._lock.lock_counter == 1 and lock_holder(tmp_path)["pid"] == os.getpid()
+        assert _try(tmp_path)[0] == 3  # still held, with its `.lock`
+        assert (tmp_path / LOCK_NAME).exists()
+    assert not outer._lock.is_locked and _no_lock_files(tmp_path)
+    assert _try(tmp_path) == (0, "")
+
+
+def test_a_second_process_is_refused_while_the_holder_nests(tmp_path):
+    holder = _child(f"with rf.RunLock({str(tmp_path)!r}), rf.RunLock({str(tmp_path)!r}):\n"
+                    "    print('held', flush=True)\n    sys.stdin.read()\n")
+    assert holder.stdout.readline() == "held\n"
+    code, out = _try(tmp_path)
+    assert code == 3 and re.fullmatch(
+        re.escape(f"{tmp_path.resolve()} is in use by another run (process {holder.pid} on {socket.gethostname()}, "
+                  "started ") + STARTED + re.escape("); wait for it to finish, stop it (Ctrl-C checkpoints it), or "
+                                                    "choose another --out\n"), out), out
+    _let_go(holder)
+    assert _no_lock_files(tmp_path)
+
+
+def test_alive_asks_psutil_and_a_dead_pid_is_dead():
+    assert runfolder._alive(os.getpid())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # ended and waited for: the OS has forgotten its pid
+    assert not runfolder._alive(dead.pid)
+    assert not any(runfolder._alive(pid) for pid in (0, -1, 2**31))  # no process has these (0: the kernel's, not one)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX zombies")
+def test_a_zombie_counts_as_alive_until_its_parent_waits_for_it(tmp_path):
+    """As os.kill(pid, 0) did: a process that ended but that its parent has not waited for is still listed by the OS
+    (course/grow.py reaps the processes it started before asking)."""
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    end = time.monotonic() + 10
+    while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    assert runfolder._alive(p.pid)
+    p.wait()
+    assert not runfolder._alive(p.pid)

@@ -8,8 +8,9 @@
     g.stop()             # checkpoints the model in training and ends the background process; start() resumes
     g.compare(prose)     # the finished trio measured here, beside the course's numbers for its recipe
 
-Each model is `minigate train --preset P --variant V --out runs/P-seedN/NAME --set seed=N` (`--resume` when its
-folder has a checkpoint), a process of its own writing NAME.log beside the folder. The background process and its
+Each model is `minigate train --preset P --variant V --out runs/P-seedN/NAME --set seed=N --progress json` (`--resume`
+when its folder has a checkpoint), a process of its own writing NAME.log beside the folder: its messages, and a line of
+JSON every 2 s, {"step": 520, "steps": 4000, ...}, which status() reads. The background process and its
 `minigate train` form one process group: stop() signals the group, so the running model checkpoints (train() stops
 cleanly on SIGTERM) and nothing is orphaned. The process holds runs/P-seedN's RunLock while it works (runfolder.RunLock,
 waiting for it rather than losing a race); status checks only read who holds it (runfolder.lock_holder), never take
@@ -26,7 +27,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 
 from .. import measure
@@ -105,7 +106,7 @@ class Grow(GrowView):
         """The `minigate train` command of one model (as `python -m minigate.cli`, the same entry point)."""
         out = self.folder(variant)
         cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", self.preset, "--variant", variant,
-               "--out", str(out), "--set", f"seed={self.seed}"]
+               "--out", str(out), "--set", f"seed={self.seed}", "--progress", "json"]
         cmd += [a for k, v in self.sets.items() for a in ("--set", f"{k}={v}")]
         cmd += ["--steps", str(self.steps)] if self.steps else []
         return cmd + (["--resume"] if (out / "checkpoint.pt").is_file() else [])
@@ -119,8 +120,7 @@ class Grow(GrowView):
     def running(self) -> bool:
         """Whether a background process holds this seed's folder (it trains, or is about to). Reads the lock's holder,
         never takes the lock: a status check cannot make the background process fail."""
-        for process in Grow._started:  # reap the ones that ended: a dead child not yet waited for still has its pid
-            process.poll()
+        _reap()  # a dead child not yet waited for still has its pid, and would be taken for the holder
         return lock_holder(self.base) is not None
 
     def start(self) -> str:
@@ -156,16 +156,18 @@ class Grow(GrowView):
         holder = lock_holder(self.base)
         if holder is None:
             return f"nothing is training {self.base}"
+        processes = _tree(holder["pid"])  # the background process and its `minigate train`, before they end
         if os.name == "nt":
             os.kill(holder["pid"], signal.CTRL_BREAK_EVENT)  # the group started with CREATE_NEW_PROCESS_GROUP
         else:
             os.killpg(os.getpgid(holder["pid"]), signal.SIGTERM)
         t0 = time.monotonic()
-        while self.running() or _group_alive(holder["pid"]):  # the lock goes a moment before the processes do
+        while self.running() or _any_running(processes):  # the lock goes a moment before the processes do
             if time.monotonic() - t0 > timeout:
                 raise TimeoutError(f"{self.base}: process {holder['pid']} still runs {timeout:.0f} s after the stop "
                                    "signal; end it by hand")
             time.sleep(0.2)
+        _reap()  # the background process, if this process started it: no zombie is left
         steps = ", ".join(f"{NAMES[v]} {p.state} at step {p.step}" for v, p in self.status().items())
         return f"stopped: {steps}; start() resumes the unfinished ones"
 
@@ -215,7 +217,8 @@ class Grow(GrowView):
         return self.keep
 
     def progress(self, variant: str) -> Progress:
-        """Where a run stands: the last step of its log's progress bar or of its history.json, whichever is later."""
+        """Where a run stands: the last step of its log's JSON progress lines or of its history.json, whichever is
+        later."""
         steps = self.steps or PRESETS[self.preset].train.steps
         if self.done(variant):
             return Progress(variant, steps, steps, "done")
@@ -229,9 +232,10 @@ class Grow(GrowView):
         if self.log(variant).is_file():
             with open(self.log(variant), "rb") as f:
                 f.seek(max(0, f.seek(0, 2) - 4096))
-                bars = re.findall(rb"(\d+)/(\d+) \[", f.read())
-            if bars:
-                step, steps = max(step, int(bars[-1][0])), int(bars[-1][1])
+                tail = f.read().splitlines()
+            last = next(filter(None, map(_progress_line, reversed(tail))), None)  # the latest one
+            if last:
+                step, steps = max(step, last["step"]), last["steps"]
         training = self.running() and (step > 0 or self.log(variant).is_file())
         return Progress(variant, step, steps, "training" if training else "stopped" if step else "waiting")
 
@@ -336,21 +340,45 @@ class Grow(GrowView):
         return minutes
 
 
-def _group_alive(pid: int) -> bool:
-    """Whether any process of the group `pid` leads still runs (POSIX), or `pid` itself where this process started it
-    (Windows). Reaps the background processes this process started first: an ended one not yet waited for counts as
-    running to the OS."""
+def _reap():
+    """Wait for the background processes this process started that have ended (Popen.poll), so that none stays a
+    zombie: an ended process that its parent has not waited for keeps its pid, and the OS still lists it."""
     for process in Grow._started:
         process.poll()
-    if os.name == "nt":
-        return any(p.pid == pid and p.poll() is None for p in Grow._started)
+
+
+def _progress_line(line: bytes) -> dict | None:
+    """A line `minigate train --progress json` wrote, {"step": 520, "steps": 4000, ...}; None for any other line of
+    the log (a message, or the first line of a tail that a read cut in two)."""
     try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and {"step", "steps"} <= record.keys() else None
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """Process `pid` and every process under it ([] if it has ended). The background process waits for its
+    `minigate train`, so once these have ended nothing of the run is left."""
+    try:
+        process = psutil.Process(pid)
+        return [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _any_running(processes: list[psutil.Process]) -> bool:
+    """Whether any of `processes` still runs. One that ended but its parent has not waited for yet (a zombie) has
+    ended; is_running() also tells a new process that took an ended one's pid from it."""
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.AccessDenied:  # it runs, out of this process's reach
+            return True
+    return False
 
 
 def corpus_of(run_json: dict) -> tuple[str | None, int | None]:

@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	# the CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build here
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[course,dev]"
 	touch $(STAMP)
 
 # JupyterLab refuses to start as root (a container, a cloud VM, a CI runner) unless given its own --allow-root switch;

@@ -67,6 +67,14 @@ class CheckpointError(ValueError):
     """checkpoint.pt cannot be used: damaged (truncated, flipped bytes) or not a checkpoint at all."""
 
 
+def train_seconds(history: dict, run_json: dict) -> float:
+    """Seconds a run's steps took, evaluations and checkpoints left out: each step's tokens over its tokens/s, from
+    history.json's `tokens_per_s` and run.json's train section (tokens per step, TrainConfig.tokens_per_step)."""
+    t = run_json["train"]
+    tokens = t["batch_size"] * t["seq_len"] * t.get("grad_accum", 1)  # a run.json may predate grad_accum
+    return sum(tokens / r for r in history["tokens_per_s"])
+
+
 def weights_digest(tensors: dict) -> str:
     """SHA-256 over the names and bytes of a state dict's tensors: a flipped byte anywhere changes it."""
     h = hashlib.sha256()

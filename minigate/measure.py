@@ -23,7 +23,7 @@ import torch
 from . import data
 from .analysis import GU_LEN, SINK_THRESHOLD, STATS, Measures, published_measures
 from .presets import GATED, NAMES
-from .pretrained import SHIPPED_DIR, from_pretrained
+from .pretrained import SEEDS_DIR, SHIPPED_DIR, from_pretrained
 
 PROSE_LEN = 512  # tokens per held-out window
 MEASUREMENTS = "measurements.json"  # beside each shipped checkpoint: the one source of its numbers
@@ -182,7 +182,7 @@ def _ratio(baseline: float, gated: float) -> float:
 def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Measurement]]:
     """{seed: {variant: Measurement}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py):
     seed 0 is the shipped trio, every seed measured with the shipped protocol."""
-    path = Path(path or SHIPPED_DIR.parent / "seeds" / f"{preset}.json")
+    path = Path(path or SEEDS_DIR / f"{preset}.json")
     seeds: dict[int, dict[str, Measurement]] = {}
     for r in json.loads(path.read_text())["rows"]:
         seeds.setdefault(r["seed"], {})[r["variant"]] = Measurement.from_record(r)

@@ -253,6 +253,7 @@ def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = 
 from .resources import DATA_DIR  # noqa: E402  (data/ of a checkout, or minigate/_data/ when installed)
 
 SHIPPED_DIR = DATA_DIR / "checkpoints"
+SEEDS_DIR = DATA_DIR / "seeds"  # <preset>.json: a recipe's seeds, measured (scripts/seeds.py)
 
 
 def shipped_names() -> list[str]:

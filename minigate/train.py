@@ -333,7 +333,7 @@ class Trainer:
         scaler.update()
         opt.zero_grad(set_to_none=True)
         self.step, self.data_rng = step, self.gen.get_state()
-        tok_s = train_cfg.batch_size * train_cfg.seq_len * accum / (time.perf_counter() - t0)
+        tok_s = train_cfg.tokens_per_step / (time.perf_counter() - t0)
         aux = distributed.mean(aux_sum / accum, self.ranks, self.device) if moe else None
         return lr, loss, grad_norm, tok_s, aux
 

@@ -41,7 +41,8 @@ from seeds import row  # noqa: E402  (scripts/ is not a package)
 
 from minigate import measure  # noqa: E402
 from minigate.pretrained import SHIPPED_DIR, from_pretrained  # noqa: E402
-from minigate.presets import NAMES  # noqa: E402
+from minigate.checkpoint import train_seconds  # noqa: E402
+from minigate.presets import NAMES, TrainConfig  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 OUT = ROOT / "data" / "study"
@@ -130,12 +131,11 @@ def measured_row(point: str, seed: int, variant: str, prose, device="cpu") -> di
     run = json.loads((path / "run.json").read_text())
     history = json.loads((path / "history.json").read_text())
     side = json.loads(sidecar(point, seed, variant).read_text()) if sidecar(point, seed, variant).is_file() else {}
-    t = run["train"]
-    step_tokens = t["batch_size"] * t["seq_len"] * t["grad_accum"]
+    t = TrainConfig(**run["train"])
     return {"point": point, **row(seed, variant, got, path), "params": from_pretrained(path / "model").num_params(),
-            "tokens": t["steps"] * step_tokens, "steps": t["steps"], "cpus": side.get("cpus"), "gpu": side.get("gpu"),
+            "tokens": t.steps * t.tokens_per_step, "steps": t.steps, "cpus": side.get("cpus"), "gpu": side.get("gpu"),
             "wall_s": round(side["wall_s"]) if "wall_s" in side else None,
-            "train_s": round(sum(step_tokens / r for r in history["tokens_per_s"])),
+            "train_s": round(train_seconds(history, run)),
             "tracker": [{k: m[k] for k in ("step", *TRACKER) if k in m} for m in history["metrics"]]}
 
 

@@ -30,7 +30,7 @@ import readme
 from minigate import data, measure
 from minigate.course.prose import marker
 from minigate.presets import NAMES, model_config
-from minigate.pretrained import SHIPPED_DIR
+from minigate.pretrained import SEEDS_DIR, SHIPPED_DIR
 from minigate.runfolder import read_run_json
 
 
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         rows += [dict(counted(r, args.preset), **({"device": got["device"]} if "device" in got else {}))
                  for r in got.get("rows", []) if (r["seed"], r["variant"]) not in measured]
     rows.sort(key=lambda r: (r["seed"], list(NAMES).index(r["variant"])))
-    out = Path(args.out or SHIPPED_DIR.parent / "seeds" / f"{args.preset}.json")
+    out = Path(args.out or SEEDS_DIR / f"{args.preset}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     shipped = any(r["seed"] == 0 and "device" not in r for r in rows)
     protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=digest, weights="each run's own weights"

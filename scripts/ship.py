@@ -33,6 +33,7 @@ import minigate
 import readme
 from minigate import measure
 from minigate.analysis import GU_LEN, SINK_THRESHOLD
+from minigate.checkpoint import train_seconds
 from minigate.course.prose import marker
 from minigate.course.scorecard import EXCESS_MIN
 from minigate.presets import NAMES
@@ -88,10 +89,8 @@ def portable(run_json: dict) -> dict:
 
 
 def train_minutes(history: dict, run_json: dict) -> float:
-    """Minutes of training (steps x tokens per step / tokens per second), from the unthinned history."""
-    train = run_json["train"]
-    tokens = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1)
-    return sum(tokens / r for r in history["tokens_per_s"]) / 60
+    """Minutes of training, from the unthinned history (checkpoint.train_seconds)."""
+    return train_seconds(history, run_json) / 60
 
 
 def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:

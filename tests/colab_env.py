@@ -168,8 +168,10 @@ def wheel_env(dest: Path) -> Path:
 
 
 def floors() -> dict[str, str]:
-    """{dependency: its floor} from pyproject.toml, where each is written `name>=version`."""
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    """{dependency: its floor} from pyproject.toml, the library's and the course's (what the set-up cell installs),
+    where each is written `name>=version`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["course"]
     found = {d: re.fullmatch(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9A-Za-z.]*)", d) for d in deps}
     if not all(found.values()):
         raise ValueError(f"each dependency needs a floor, name>=version: {[d for d, m in found.items() if not m]}")

@@ -41,7 +41,7 @@ import torch
 
 from .. import measure
 from ..presets import NAMES, PRESETS, VARIANTS
-from ..pretrained import shipped_run
+from ..pretrained import SEEDS_DIR, shipped_run
 from ..runfolder import RunLock, lock_holder
 from .grow_view import GrowView
 
@@ -291,7 +291,7 @@ class Grow(GrowView):
             lines.append(f"{who}: baseline / gated, F-Attn above uniform " + ", ".join(
                 f"{x[g]['f_attn_excess']:.1f}x ({g})" for g in x) + "; M-Act " + ", ".join(
                 f"{x[g]['m_act']:.1f}x ({g})" for g in x))
-        seeds = measure.SHIPPED_DIR.parent / "seeds" / f"{self.preset}.json"
+        seeds = SEEDS_DIR / f"{self.preset}.json"
         if seeds.is_file():
             rows = json.loads(seeds.read_text())["rows"]
             others = sorted({(r.get("corpus_sha256"), r.get("corpus_files")) for r in rows} - {mine})
@@ -335,7 +335,7 @@ class Grow(GrowView):
             model = Transformer(model_cfg)
             ids = torch.randint(0, model_cfg.vocab_size, (row * (total + 1),))
             h = train(model, ids, ids[: row * 2], timed, progress=False)
-            tokens = train_cfg.batch_size * train_cfg.seq_len * train_cfg.grad_accum  # per step
+            tokens = train_cfg.tokens_per_step
             minutes[NAMES[variant]] = train_cfg.steps * tokens / statistics.median(h.tokens_per_s[warmup:]) / 60
         return minutes
 

@@ -25,7 +25,7 @@ import torch
 from ..measure import Measurement, ratios
 from ..model import Transformer
 from ..presets import GATED, PRESETS, model_config
-from ..pretrained import SHIPPED_DIR
+from ..pretrained import SEEDS_DIR, SHIPPED_DIR
 from .published import TABLE_4_RATIOS
 
 DATA = SHIPPED_DIR.parent  # data/
@@ -89,9 +89,9 @@ def points(data: Path = DATA) -> list[Point]:
         for r in doc["rows"]:
             study.setdefault(r["point"], {"about": doc["points"][r["point"]]["about"], "rows": []})["rows"].append(r)
     found = [(name, spec["about"], spec["rows"]) for name, spec in study.items()]
-    found.append(("code", "the recipe: 1.4M parameters, 16.4M tokens", _read(Path(data) / "seeds" / "code.json")))
-    found.append(("code-gpu", "6.2M parameters, 49M tokens, on an H200",
-                  _read(Path(data) / "seeds" / "code-gpu.json")))
+    seeds = Path(data) / SEEDS_DIR.name  # data/seeds, or its copy under another data/
+    found.append(("code", "the recipe: 1.4M parameters, 16.4M tokens", _read(seeds / "code.json")))
+    found.append(("code-gpu", "6.2M parameters, 49M tokens, on an H200", _read(seeds / "code-gpu.json")))
     out = []
     for name, about, rows in found:
         if rows:

@@ -4,7 +4,8 @@ what it is. header.SETUP is this file below the line `# ── cell ──`, wit
 header.py. Nothing imports this module."""
 # ── cell ──
 # Set-up, safe to run twice. In Colab: fetch the course at __REF__ into ./minigate (/content/minigate),
-# install minigate from it (with its data) and keep Colab's own torch. Locally (`make lab`), it does nothing.
+# install minigate from it (with its data and the course extra) and keep Colab's own torch. Locally (`make lab`), it
+# does nothing.
 import sys
 
 if "google.colab" in sys.modules:
@@ -28,7 +29,7 @@ if "google.colab" in sys.modules:
                         ["-C", clone, "checkout", "-q", "FETCH_HEAD"]):
                 subprocess.run(["git", *cmd], check=True)
         torch_pin = f"torch=={importlib.metadata.version('torch')}"  # Colab's torch, left as it is
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", clone, torch_pin], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", clone + "[course]", torch_pin], check=True)
     minigate = import_minigate()
     assert minigate is not None, f"minigate did not install from {clone}: see the messages above"
     print(f"minigate {minigate.__version__} ({REF}) from {url}; data in {minigate.resources.DATA_DIR}; "

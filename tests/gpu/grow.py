@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from minigate import measure
+from minigate.checkpoint import train_seconds
 from minigate.presets import NAMES
 from minigate.course.grow import Grow
 
@@ -46,10 +47,8 @@ def main(argv=None) -> int:
     out["run_seconds"], out["rc"] = time.perf_counter() - t0, rc
     out["train_seconds"] = {}
     for v, name in NAMES.items():  # steps only, from the history (corpus build and evaluations excluded)
-        h = json.loads((grow.folder(v) / "history.json").read_text())
-        r = json.loads((grow.folder(v) / "run.json").read_text())["train"]
-        tokens = r["batch_size"] * r["seq_len"] * r.get("grad_accum", 1)
-        out["train_seconds"][name] = sum(tokens / s for s in h["tokens_per_s"])
+        out["train_seconds"][name] = train_seconds(*(json.loads((grow.folder(v) / f).read_text())
+                                                     for f in ("history.json", "run.json")))
     if rc == 0:
         prose = measure.prose_windows()
         device = "cuda" if torch.cuda.is_available() else "cpu"

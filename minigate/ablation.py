@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from .data.batches import with_bos
 from .evaluation import eval_mode, token_cross_entropy
-from .gates import check_layer
+from .gate_analysis import check_layer
 from .hooks import get_act_name
 from .overrides import (
     Edit,

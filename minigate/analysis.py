@@ -7,7 +7,7 @@
 - Uncertainty: SinkStats.ci() uses stats.bootstrap_ci, which resamples prompts or chunks, never tokens. M-Act is
   a maximum, for which a bootstrap interval is unreliable, so it has none.
 
-The gates are measured in gates.py (`gate_scores(model, prompts)` -> GateScores, with the views an independent
+The gates are measured in gate_analysis.py (`gate_scores(model, prompts)` -> GateScores, with the views an independent
 analysis of the 1B checkpoints reported: distribution, per layer / head, first token vs rest, per input type, per
 dimension), with bootstrap intervals from the same stats.bootstrap_ci.
 """
@@ -163,7 +163,7 @@ def massive_activations(model, tokens: torch.Tensor, batch_size: int = 16, resid
 
 
 @dataclass
-class Measures:
+class PublishedMeasures:
     """The published sink and activation numbers of a model on held-out windows (batch, T), <bos> first, each named
     with its protocol (these names are measurements.json's keys and the tracker's), and the stats behind them."""
     seq_len: int  # T, tokens per window
@@ -190,20 +190,21 @@ class Measures:
 
     def numbers(self) -> dict:
         """Every field but the stats: what measurements.json and the tracker store."""
-        return {f.name: getattr(self, f.name) for f in fields(Measures) if f.name not in STATS}
+        return {f.name: getattr(self, f.name) for f in fields(PublishedMeasures) if f.name not in STATS}
 
 
-STATS = ("sink", "sink_64", "act")  # the fields of Measures that hold tensors, not numbers
+STATS = ("sink", "sink_64", "act")  # the fields of PublishedMeasures that hold tensors, not numbers
 
 
 @torch.no_grad()
-def published_measures(model, tokens: torch.Tensor, batch_size: int = 16, residuals: bool = False) -> Measures:
-    """Measures of a model on held-out windows `tokens` (batch, T), <bos> first, in one forward pass per batch: the
-    shares at T and at Gu et al.'s T=64 come from the same attention patterns (attention is causal, so a window's
-    first 64 queries see what a window of 64 tokens would show them), M-Act from the same pass's residual stream, which
-    `residuals` also keeps (Measures.act.resid: peak_to_median, maps of it). The tracker (sink_tracker),
-    minigate.measure and the lessons measure with this one function; attention_sink and massive_activations are its
-    halves, for one of the two alone."""
+def published_measures(model, tokens: torch.Tensor, batch_size: int = 16,
+                       residuals: bool = False) -> PublishedMeasures:
+    """The published measures of a model on held-out windows `tokens` (batch, T), <bos> first, in one forward pass per
+    batch: the shares at T and at Gu et al.'s T=64 come from the same attention patterns (attention is causal, so a
+    window's first 64 queries see what a window of 64 tokens would show them), M-Act from the same pass's residual
+    stream, which `residuals` also keeps (PublishedMeasures.act.resid: peak_to_median, maps of it). The tracker
+    (sink_tracker), minigate.measure and the lessons measure with this one function; attention_sink and
+    massive_activations are its halves, for one of the two alone."""
     T = tokens.shape[1]
     short = GU_LEN if T > GU_LEN else None
     rec = _Recorder(model, tokens.shape[0], (None, short) if short else (None,), residuals)
@@ -212,24 +213,24 @@ def published_measures(model, tokens: torch.Tensor, batch_size: int = 16, residu
     sink_64 = rec.sink(short) if short else None
     uniform = uniform_first_token_share(T)
     layer, head = divmod(int(sink.share.argmax()), sink.share.shape[1])
-    return Measures(seq_len=T, windows=tokens.shape[0], heads=sink.share.numel(), uniform=uniform, f_attn=sink.f_attn,
-                    f_attn_excess=sink.f_attn - uniform, f_attn_per_layer=sink.per_layer.tolist(),
-                    max_head=sink.share.max().item(), max_head_at=[layer, head], sink_rate=sink.sink_rate,
-                    sink_heads=sink.n_sink_heads, f_attn_64=sink_64.f_attn if short else None,
-                    sink_rate_64=sink_64.sink_rate if short else None,
-                    sink_heads_64=sink_64.n_sink_heads if short else None,
-                    max_head_64=sink_64.share.max().item() if short else None, m_act=act.m_act, max_act=act.peak,
-                    m_act_per_layer=act.max_abs.tolist(), sink=sink, sink_64=sink_64, act=act)
+    return PublishedMeasures(
+        seq_len=T, windows=tokens.shape[0], heads=sink.share.numel(), uniform=uniform, f_attn=sink.f_attn,
+        f_attn_excess=sink.f_attn - uniform, f_attn_per_layer=sink.per_layer.tolist(), max_head=sink.share.max().item(),
+        max_head_at=[layer, head], sink_rate=sink.sink_rate, sink_heads=sink.n_sink_heads,
+        f_attn_64=sink_64.f_attn if short else None, sink_rate_64=sink_64.sink_rate if short else None,
+        sink_heads_64=sink_64.n_sink_heads if short else None,
+        max_head_64=sink_64.share.max().item() if short else None, m_act=act.m_act, max_act=act.peak,
+        m_act_per_layer=act.max_abs.tolist(), sink=sink, sink_64=sink_64, act=act)
 
 
 TRACKED = ("f_attn", "f_attn_excess", "sink_rate", "max_head", "m_act", "max_act", "f_attn_per_layer", "f_attn_64",
-           "sink_rate_64", "sink_heads_64", "max_head_64")  # the Measures fields sink_tracker records
+           "sink_rate_64", "sink_heads_64", "max_head_64")  # the PublishedMeasures fields sink_tracker records
 
 
 def sink_tracker(tokens: torch.Tensor, batch_size: int = 16):
     """A `train()` callback that records published_measures on fixed `tokens` (batch, pos), so you can watch the sink
-    form: history.metric("f_attn") -> (steps, values), for each Measures field in TRACKED (the T=64 ones only when
-    the windows are longer than GU_LEN)."""
+    form: history.metric("f_attn") -> (steps, values), for each PublishedMeasures field in TRACKED (the T=64 ones only
+    when the windows are longer than GU_LEN)."""
 
     def callback(step, model, history) -> dict:
         m = published_measures(model, tokens, batch_size).numbers()

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from . import data
-from .analysis import GU_LEN, SINK_THRESHOLD, STATS, Measures, published_measures
+from .analysis import GU_LEN, SINK_THRESHOLD, STATS, PublishedMeasures, published_measures
 from .presets import GATED, NAMES
 from .pretrained import SEEDS_DIR, SHIPPED_DIR, from_pretrained
 
@@ -34,10 +34,10 @@ PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation art
 
 
 @dataclass
-class Measurement(Measures):
-    """One model's Measures on the prose windows, with its name and its run's validation loss: what a measurements.json
-    stores (the shipped models), a row of data/seeds/<preset>.json (a recipe's seeds) and what lesson 04 reads of a
-    learner's own runs."""
+class Measurement(PublishedMeasures):
+    """One model's PublishedMeasures on the prose windows, with its name and its run's validation loss: what a
+    measurements.json stores (the shipped models), a row of data/seeds/<preset>.json (a recipe's seeds) and what lesson
+    04 reads of a learner's own runs."""
     name: str = ""  # the model's name, e.g. "code-baseline" (its checkpoint folder), "seed1-headwise"
     val_loss_code: float = math.nan  # the run's last validation loss, on held-out code
     same_windows: bool | None = None  # measured on the windows its measurements.json records (not stored)
@@ -75,7 +75,7 @@ def measure_model(model, prose: torch.Tensor, name: str = "", val_loss_code: flo
     keeps the residual stream of the same pass (Measurement.act.resid)."""
     m = published_measures(model.eval(), prose.to(next(model.parameters()).device), batch_size=8,
                            residuals=residuals)
-    return Measurement(**{f.name: getattr(m, f.name) for f in fields(Measures)}, name=name,
+    return Measurement(**{f.name: getattr(m, f.name) for f in fields(PublishedMeasures)}, name=name,
                        val_loss_code=val_loss_code)
 
 

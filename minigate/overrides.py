@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .gates import check_layer, gated_layers
+from .gate_analysis import check_layer, gated_layers
 from .hooks import get_act_name
 
 COMPONENTS = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}  # the outputs the controls can act on

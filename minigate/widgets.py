@@ -27,7 +27,7 @@ from . import ablation as ab
 from . import overrides as ov
 from . import plots
 from .analysis import uniform_first_token_share
-from .gates import encode_prompt, gate_scores, gated_layers
+from .gate_analysis import encode_prompt, gate_scores, gated_layers
 from .hooks import get_act_name
 
 IPYWIDGETS_7 = int(W.__version__.split(".")[0]) < 8

@@ -8,7 +8,7 @@ import torch
 from minigate import ModelConfig, Transformer
 from minigate.analysis import attention_sink, massive_activations, published_measures, uniform_first_token_share
 from minigate.data import PROMPT_TYPES, get_tokenizer, load_prompts
-from minigate.gates import compare_gates, gate_scores, gate_scores_by_type
+from minigate.gate_analysis import compare_gates, gate_scores, gate_scores_by_type
 from minigate.stats import bootstrap_ci, quantile
 
 

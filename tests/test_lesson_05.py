@@ -9,7 +9,7 @@ import torch
 import minigate
 from minigate.course import checks
 from minigate.data import copy_task
-from minigate.gates import gate_scores
+from minigate.gate_analysis import gate_scores
 
 
 def test_gate_by_phase_an_answer_with_run_with_hooks_passes(capsys):

@@ -115,8 +115,8 @@ def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tm
 
 
 def test_every_stored_number_is_checked(prose):
-    """CHECKED is every number a measurements.json stores (all of Measures but its stats, and the validation loss):
-    each, changed in the record, is named; the same record passes."""
+    """CHECKED is every number a measurements.json stores (all of PublishedMeasures but its stats, and the validation
+    loss): each, changed in the record, is named; the same record passes."""
     record = json.loads((SHIPPED_DIR / "code-baseline" / measure.MEASUREMENTS).read_text())
     assert set(measure.CHECKED) == set(record) - {"protocol", "name"}
     got = measure.Measurement.from_record(record)

@@ -170,7 +170,7 @@ def gated_pair(tiny):
 
 
 def test_gate_anatomy_figures(inputs, gated_pair):
-    from minigate.gates import compare_gates, gate_scores
+    from minigate.gate_analysis import compare_gates, gate_scores
 
     scores = {k: gate_scores(m, inputs) for k, m in gated_pair.items()}
     fig = plots.gate_distribution(scores)

@@ -1,4 +1,4 @@
-"""The study of what makes the gate's effect larger (research/scaling.py -> data/study/<axis>.json, read by
+"""The study of what makes the gate's effect larger (research/train_study.py -> data/study/<axis>.json, read by
 minigate.course.scaling): every row well-formed and measured by the shipped protocol, each seed's models alike, and
 the table and the figure drawn from them."""
 
@@ -132,7 +132,7 @@ def _add(data, doc, point, about, trios):
 
 
 def test_a_setting_trained_on_a_gpu_comes_after_the_cpu_ones_by_size(crafted):
-    """A study point whose rows name their GPU (research/scaling.py's m-gpu) sits with code-gpu, after every CPU
+    """A study point whose rows name their GPU (research/train_study.py's m-gpu) sits with code-gpu, after every CPU
     setting, and among the GPU settings by size: a larger CPU point stays before code-gpu."""
     _add(crafted, "size", "big", "larger", [((0.5, 0.1, 100), (0.25, 0.02, 25))])
     _add(crafted, "gpu", "m-gpu", "on a GPU", [((0.5, 0.1, 100), (0.25, 0.02, 25))])
@@ -189,13 +189,13 @@ def test_the_bar_needs_five_times_on_every_measure_in_three_seeds_at_no_worse_lo
 
 
 def _queue_script(tmp_path, monkeypatch, seconds):
-    """research/scaling.py with a point `t` of two seeds (baseline and elementwise), whose trainings only wait
+    """research/train_study.py with a point `t` of two seeds (baseline and elementwise), whose trainings only wait
     `seconds` and leave a finished folder, whose measuring gives a stub row and whose writing is recorded: the
     queue's plumbing alone."""
     import importlib.util
     import time
 
-    spec = importlib.util.spec_from_file_location("study_queue", scaling.DATA.parent / "research" / "scaling.py")
+    spec = importlib.util.spec_from_file_location("study_queue", scaling.DATA.parent / "research" / "train_study.py")
     S = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(S)
     monkeypatch.setattr(S, "RUNS", tmp_path / "runs")

@@ -25,8 +25,8 @@ GLOSSARY = {
     "M-Act": ("03", "**M-Act**, the largest absolute residual-stream activation of each layer"),
     "no-op": ("04", "a `<bos>` head is a no-op (adds nothing the model uses)"),
     "fragile": ("08", "`*` fragile (resting on one model per variant"),  # lesson 06's "fragile layer" is plain English
-    "unigram model": ("08", "a *unigram model* (one that only knows how often each token occurs)"),
-    "study": ("08", "`research/scaling.py` trained the code recipes at other sizes and lengths"),
+    "unigram model": ("08", "a *unigram model* (one that knows only how often each token occurs)"),
+    "study": ("08", "`research/train_study.py` trained the code recipes at other sizes and lengths"),
 }
 # terms whose word has a plain meaning too: only their own lesson is checked
 OWN_LESSON = {"fragile", "study"}

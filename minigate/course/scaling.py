@@ -1,5 +1,6 @@
-"""What makes the gate's effect larger: the `code` recipe at other model sizes and training lengths, over seeds, and
-how far each is from the paper's gap (lesson 08).
+"""Reading the scaling study (lesson 08): its rows as settings, a table, a figure and the bar a new recipe must meet,
+for what makes the gate's effect larger (the `code` recipe at other sizes and training lengths, over seeds) and how
+far each setting is from the paper's gap.
 
     pts = points()          # the settings measured, each with its seeds' rows (data/study, data/seeds)
     print("\n".join(table(pts)))
@@ -7,7 +8,7 @@ how far each is from the paper's gap (lesson 08).
     largest(pts)            # the study's setting with the largest effect: the scorecard's `study` column
     meets_bar(p)            # could it replace the recipe? 5x on every measure in 3 of 3 seeds, at no worse loss
 
-Where the rows come from: `research/scaling.py` trains and measures the study's points into data/study/<axis>.json;
+Where the rows come from: `research/train_study.py` trains and measures the study's points into data/study/<axis>.json;
 the recipe itself (`code`) is data/seeds/code.json, its GPU twin (`code-gpu`) data/seeds/code-gpu.json. Every model is
 measured by the shipped protocol (measure.PROTOCOL: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s T=64).
 """

@@ -1,5 +1,5 @@
-"""Figures for the lessons: each function takes tidy results (from analysis.py, gates.py, ablation.py or a training
-History) and returns a matplotlib Figure with titles, axis labels and colorbars. One module per topic:
+"""Figures for the lessons: each function takes tidy results (from analysis.py, gate_analysis.py, ablation.py or a
+training History) and returns a matplotlib Figure with titles, axis labels and colorbars. One module per topic:
 
 - sinks.py: the attention sink and massive activations (attention maps, first-token shares, M-Act, residual maps);
 - gates.py: gate scores and per-head tables, and what closing the gates costs (ablation sweeps, paired costs);

@@ -10,7 +10,7 @@
 #   bash tests/gpu/on_device.sh t4      a T4's arithmetic (MINIGATE_PRECISION=fp16: fp16 with a GradScaler):
 #                                       lesson 03's GPU path and the GROW switch (seed 0)
 #   bash tests/gpu/on_device.sh seeds   code-gpu seeds 1 and 2 through the GROW switch (SEEDS="1 2")
-#   bash tests/gpu/on_device.sh study   research/scaling.py's GPU points (m-gpu: 15.7M parameters, seeds 0-2, its
+#   bash tests/gpu/on_device.sh study   research/train_study.py's GPU points (m-gpu: 15.7M parameters, seeds 0-2, its
 #                                       three variants), JOBS=6 at once; data/study/size.json comes back
 #                                       as study.json, the runs' logs and histories as study.runs.tar
 #   NOTEBOOKS="solutions/01_... solutions/02_..." bash tests/gpu/on_device.sh check     a few notebooks only
@@ -48,7 +48,7 @@ step() {
              job "seed$s" python3 tests/gpu/grow.py ${GROW_ARGS:-} --seed "$s" --root /tmp/runs --json "$RES/seed$s.json" &
            done
            wait ;;
-    study) job study bash -c "timeout -s TERM ${STUDY_LIMIT:-3300} python3 research/scaling.py run --only m-gpu \
+    study) job study bash -c "timeout -s TERM ${STUDY_LIMIT:-3300} python3 research/train_study.py run --only m-gpu \
              --jobs ${JOBS:-6} --threads 2; rc=\$?; cp data/study/size.json $RES/study.json
              tar -cf $RES/study.runs.tar runs/study/m-gpu/*/*.log runs/study/m-gpu/*/*/history.json; exit \$rc" ;;
     *) echo "usage: bash tests/gpu/on_device.sh check|ship|bench|grow|t4|seeds|study ..." >&2; return 2 ;;

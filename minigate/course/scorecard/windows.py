@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from minigate import data, measure
-from minigate.analysis import SINK_THRESHOLD, Measures, published_measures
+from minigate.analysis import SINK_THRESHOLD, PublishedMeasures, published_measures
 from minigate.pretrained import shipped
 
 from .rules import GATED, Entry, Evidence, Interval, boot, combine, halves, iv_text, judged, x_text
@@ -103,7 +103,7 @@ class Windows:
     uniform: float  # uniform attention's share at the windows' length
 
     @classmethod
-    def of(cls, m: Measures) -> Windows:
+    def of(cls, m: PublishedMeasures) -> Windows:
         """The window-by-window tensors behind published_measures' numbers `m` (windows of 64 tokens or fewer: the
         shares at T are Gu et al.'s)."""
         return cls(m.sink.per_prompt, (m.sink_64 or m.sink).per_prompt, m.act.per_window, m.uniform)

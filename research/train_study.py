@@ -1,11 +1,11 @@
-"""What makes the gate's effect larger: the `code` recipe at other model sizes and training lengths, over seeds, each
-model measured as the shipped ones are (measure.measure_folder: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s
+"""Training the scaling study: the `code` recipe at other model sizes and training lengths, over seeds, each model
+measured as the shipped ones are (measure.measure_folder: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s
 T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code.json's.
 
-    python research/scaling.py plan                 # every point, seed and variant, and what is done
-    python research/scaling.py run [--only 2x] [--seeds 1]  # train and measure what is missing, in the queue's order
-    python research/scaling.py measure              # measure the finished runs again, rewrite the JSON files
-    python research/scaling.py run --only m-gpu --jobs 6   # on a GPU: its points, six trainings at once
+    python research/train_study.py plan                 # every point, seed and variant, and what is done
+    python research/train_study.py run [--only 2x] [--seeds 1]  # train and measure what is missing, in order
+    python research/train_study.py measure              # measure the finished runs again, rewrite the JSON files
+    python research/train_study.py run --only m-gpu --jobs 6   # on a GPU: its points, six trainings at once
 
 A GPU point (`GPU`: `m-gpu`, the `code-gpu` recipe with a larger model) trains only where CUDA is; on the lent GPU
 machine `bash tests/gpu/on_device.sh study` runs it and brings back data/study/size.json (docs/gpu.md). Its rows

@@ -2,6 +2,7 @@
 #   make lab    install, then open the lessons in JupyterLab
 #   make lessons  rebuild lessons/ from solutions/ (the exercise stubs)
 #   make test   install, then run the package tests and the notebooks under strict nbval (what CI runs)
+#   make test-fast  the package tests not marked slow, no notebooks: the edit-run loop (under 2 min on 2 cores)
 #   make test-cpus  the notebooks under each float path of this CPU (NOTEBOOKS=... for a few)
 #   make test-colab  every lesson in a simulated Colab: its Python and every package version of COLAB (tests/colab_env.py)
 #   make gpu-check  on a CUDA machine: every solutions notebook with CUDA + the GPU tests (tests/gpu/check.py)
@@ -14,7 +15,7 @@ STAMP   := $(VENV)/.installed
 export MINIGATE_CORPORA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with lessons/nbval_sanitize.cfg
 
-.PHONY: install lab lessons test test-cpus test-colab gpu-check bench clean
+.PHONY: install lab lessons test test-fast test-cpus test-colab gpu-check bench clean
 
 install: $(STAMP)
 
@@ -64,6 +65,11 @@ test: install
 	$(PYTEST) tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
 	$(FORCED) $(BIN)/python tests/float_paths.py --show && \
 	$(FORCED) $(WHEEL_PYTEST) $(wildcard solutions/*.ipynb) $(NBVAL) --durations=5
+
+# The edit-run loop: tests/ without the tests marked slow (@pytest.mark.slow: training, subprocesses, notebooks, the
+# wheel; registered in tests/conftest.py) and without the notebooks. make test runs them all.
+test-fast: install
+	$(PYTEST) tests/ -m "not slow" --durations=5
 
 # Every lesson end to end in a simulated Colab (tests/colab_env.py, COLAB: its Python and every package of it at Colab's
 # version, from PyPI; torch's CUDA build, a 4 GB download, runs on the CPU), minigate installed by the set-up cell from

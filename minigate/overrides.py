@@ -71,7 +71,7 @@ class Edit:
 
 # -- checks shared with ablation.py's measured overrides ----------------------------------------------------
 def check_gated(model, layers: Iterable[int] | None = None) -> list[int]:
-    """`layers` (None: every gated layer), each checked to hold a gate (see gates.gated_layers)."""
+    """`layers` (None: every gated layer), each checked to hold a gate (see gate_analysis.gated_layers)."""
     return gated_layers(model, layers, hint="; the controls (scale_output, mean_output, fixed_norm) work on any model")
 
 

@@ -1,7 +1,8 @@
 """Shared test setup: the local WikiText-2 copy (../shared/data, as in CI) and one torch thread; and the helpers the
 test files share, as fixtures: the tiny models' ModelConfig fields (one config, and a three-layer one where a test needs
 a middle layer), seeded token ids, a seeded tiny model, transformers' Qwen3Config fields of the same tiny model, the
-held-out prose windows and a free local port."""
+held-out prose windows, a free local port, a tiny training run's data and TrainConfig, a Measurement of given numbers
+and closing the figures a test drew. The `slow` marker: what `make test-fast` leaves out."""
 
 import atexit
 import os
@@ -37,6 +38,8 @@ torch.set_num_threads(1)  # tests share a 2-core machine; one thread each keeps 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/gpu; `python tests/gpu/check.py` runs them)")
+    config.addinivalue_line("markers", "slow: over about 3 s on 2 cores (training, a subprocess, a notebook, a "
+                                       "wheel); `make test-fast` leaves them out, `make test` runs them")
 
 
 @pytest.fixture(scope="session")
@@ -108,3 +111,52 @@ def free_port():
 def ci_args():
     """`minigate train` flags of a quiet one-thread run of the ci preset's headwise model (add --out and --steps)."""
     return ("--preset", "ci", "--variant", "headwise", "--quiet", "--threads", "1")
+
+
+@pytest.fixture(scope="session")
+def token_split():
+    """token_split(n=3000, n_val=500, seed=0) -> (train, val): flat streams of n and n_val seeded random token ids in
+    1..63, the data of a tiny training run (test_train.py; tests/gpu asks for 20_000 and 2_000)."""
+    def make(n: int = 3000, n_val: int = 500, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(1, 64, (n,), generator=g), torch.randint(1, 64, (n_val,), generator=g)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def train_cfg():
+    """train_cfg(**fields) -> the TrainConfig of a tiny CPU run (6 steps of 4 x 16 tokens, lr 1e-2 after 2 warmup
+    steps, 2 validation batches every 3 steps, no checkpoints) with those fields changed (tests/gpu: CUDA_RUN's)."""
+    from minigate.presets import TrainConfig
+
+    base = dict(steps=6, batch_size=4, seq_len=16, warmup_steps=2, lr=1e-2, eval_every=3, eval_batches=2,
+                ckpt_every=0, device="cpu")
+
+    def make(**fields):
+        return TrainConfig(**{**base, **fields})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def measurement():
+    """measurement(excess, m_act, loss, sink_heads=4) -> the measure.Measurement of a 16-head model with that excess
+    F-Attn, M-Act, validation loss and sink heads at T=64 (its other numbers None): a row of ratios and bars."""
+    from minigate import measure
+
+    def make(excess: float, m_act: float, loss: float, sink_heads: int = 4):
+        return measure.Measurement.from_record({"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss,
+                                                "heads": 16, "sink_heads_64": sink_heads,
+                                                "sink_rate_64": sink_heads / 16})
+
+    return make
+
+
+@pytest.fixture
+def close_figures():
+    """Closes every matplotlib figure once the test ends (pytestmark = pytest.mark.usefixtures("close_figures"))."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

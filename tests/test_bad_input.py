@@ -93,6 +93,7 @@ def test_a_rejected_resume_leaves_run_json_so_the_plain_resume_still_works(run_c
     assert json.loads((run_copy / "history.json").read_text())["step"] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_set_order_does_not_matter_and_the_gate_is_named_as_built(tmp_path, capsys, ci_args):
     for order in (["gate=G5", "gate_granularity=elementwise"], ["gate_granularity=elementwise", "gate=G5"]):
         out = tmp_path / "_".join(order)
@@ -238,6 +239,7 @@ def _start(out: Path, steps: int, ci_args) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tmp_path, capsys, ci_args):
     out, steps = tmp_path / "run", 40
     proc = _start(out, steps, ci_args)
@@ -263,6 +265,7 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_resumes_bitwise(tm
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
+@pytest.mark.slow
 def test_lock_is_reentrant_in_process_and_refuses_another_process(tmp_path):
     with RunLock(tmp_path), RunLock(tmp_path):
         code = ("import sys; from minigate.runfolder import RunLock, RunFolderInUse\n"

@@ -10,6 +10,8 @@ import torch
 from minigate import hardware
 from minigate.bench import train as bench_train
 
+pytestmark = pytest.mark.slow  # each contender trains in a process of its own
+
 
 def _what_a_worker_runs(name, monkeypatch) -> tuple[bool, str, bool]:
     """(allocator tuned, precision, compiled) of what settings_worker(name) really trains with: the allocator, compile

@@ -22,9 +22,10 @@ from minigate import widgets
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 CHROMEDRIVER = shutil.which("chromedriver") or (os.path.exists("/usr/bin/chromedriver") and "/usr/bin/chromedriver")
 REQUIRED = os.environ.get("MINIGATE_REQUIRE_BROWSER") == "1"  # .ci/run sets it where it has the browser: never skip
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not REQUIRED, reason="no browser here: the "
-                                "widget test needs Chromium and ChromeDriver (Debian: apt-get install chromium "
-                                "chromium-driver)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not REQUIRED, reason="no browser here: the "
+                                 "widget test needs Chromium and ChromeDriver (Debian: apt-get install chromium "
+                                 "chromium-driver)")]
 
 SETUP = """import torch
 

@@ -365,6 +365,13 @@ OTHER_WRONG_ANSWERS = [
 TYPICAL_MISTAKES = [(name, label, wrong, hint) for name, mistakes in checks.MISTAKES.items()
                     for label, wrong, hint in mistakes]  # each check's own, each with its targeted hint
 MUTATIONS = TYPICAL_MISTAKES + OTHER_WRONG_ANSWERS
+SLOW_CHECKS = ("has_gate",)  # about a second a case (it measures its models each time): make test-fast leaves them out
+
+
+def _cases(table):
+    """The table's rows as parameters named "exercise: label", those of SLOW_CHECKS marked slow."""
+    return [pytest.param(*m, id=f"{m[0]}: {m[1]}", marks=pytest.mark.slow if m[0] in SLOW_CHECKS else ())
+            for m in table]
 
 
 def test_the_table_has_five_wrong_answers_per_exercise():
@@ -385,16 +392,14 @@ def _fails_in_one_line(name, wrong, capsys) -> str:
     return out
 
 
-@pytest.mark.parametrize("name, label, wrong, hint", TYPICAL_MISTAKES,
-                         ids=[f"{m[0]}: {m[1]}" for m in TYPICAL_MISTAKES])
+@pytest.mark.parametrize("name, label, wrong, hint", _cases(TYPICAL_MISTAKES))
 def test_every_typical_mistake_fails_with_its_own_hint(name, label, wrong, hint, capsys):
     """A learner's function that makes the mistake fails its check with that mistake's hint, nothing else."""
     out = _fails_in_one_line(name, wrong, capsys)
     assert out.endswith(f": {hint}\n"), out
 
 
-@pytest.mark.parametrize("name, label, wrong, hint", OTHER_WRONG_ANSWERS,
-                         ids=[f"{m[0]}: {m[1]}" for m in OTHER_WRONG_ANSWERS])
+@pytest.mark.parametrize("name, label, wrong, hint", _cases(OTHER_WRONG_ANSWERS))
 def test_every_other_wrong_answer_fails_with_its_hint(name, label, wrong, hint, capsys):
     out = _fails_in_one_line(name, wrong, capsys)
     if hint is not None:
@@ -542,6 +547,7 @@ def test_prediction_spread_reference_is_the_mean_kl_to_the_mean_prediction():
     assert l8._prediction_spread(logits) == pytest.approx(kl_div, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_checks_do_not_import_the_benchmarks():
     import subprocess
     import sys

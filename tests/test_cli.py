@@ -20,6 +20,7 @@ from minigate.evaluation import evaluate
 
 
 
+@pytest.mark.slow
 def test_trained_model_reloads_with_the_same_validation_loss(tmp_path, capsys, ci_args):
     out = tmp_path / "run"
     assert main(["train", *ci_args, "--out", str(out), "--steps", "4"]) == 0
@@ -80,6 +81,7 @@ def test_eval_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
     assert err.count("\n") == 1 and "trained with?" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, ci_args):
     out = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -98,6 +100,7 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, ci_args):
     assert torch.load(out / "checkpoint.pt", weights_only=True)["train_config"]["steps"] == 500
 
 
+@pytest.mark.slow
 def test_set_overrides_fields_records_them_and_tracks_the_sink(tmp_path, capsys, ci_args):
     out = tmp_path / "run"
     argv = ["train", *ci_args, "--out", str(out), "--steps", "2", "--set", "lr=0.01", "--set", "qk_norm=false",

@@ -84,6 +84,7 @@ def test_the_floors_are_the_lower_of_colabs_and_cis_versions():
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.slow
 def test_lessons_run_in_a_simulated_colab(sim):
     site = site_packages(sim["python"])
     import torch

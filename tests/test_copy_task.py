@@ -83,6 +83,7 @@ def test_copy_tokenizer_names_the_induction_first_tokens():
         tok.encode("f17")
 
 
+@pytest.mark.slow
 def test_a_small_model_learns_the_copy_half():
     torch.manual_seed(0)
     cfg = minigate.ModelConfig(vocab_size=22, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64,
@@ -99,6 +100,7 @@ def test_a_small_model_learns_the_copy_half():
     assert before > 3.0 and copy_acc > 0.9, (before, copy_acc)
 
 
+@pytest.mark.slow
 def test_cli_copy_preset_writes_a_model_without_tokenizer(tmp_path, capsys):
     out = tmp_path / "copy"
     assert main(["train", "--preset", "copy", "--variant", "headwise", "--out", str(out), "--steps", "3", "--quiet",
@@ -110,6 +112,7 @@ def test_cli_copy_preset_writes_a_model_without_tokenizer(tmp_path, capsys):
     assert "copy held-out split, 32,768 tokens" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_induction_preset_trains_on_rows_with_a_random_first_token(tmp_path, capsys):
     out = tmp_path / "induction"
     assert main(["train", "--preset", "induction", "--variant", "elementwise", "--out", str(out), "--steps", "3",

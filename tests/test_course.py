@@ -193,6 +193,7 @@ def test_real_lessons_are_up_to_date_with_solutions():
             f"{name}: start with a markdown cell tagged badge and a code cell tagged setup"
 
 
+@pytest.mark.slow
 def test_solutions_and_built_lessons_pass_strict_nbval(tmp_path):
     """End to end: a solved notebook with stored outputs and the lesson built from it both pass nbval."""
     import subprocess

@@ -127,6 +127,7 @@ def test_empty_or_too_short_corpus_errors():
         next(data.eval_batches(_text_ids(5), 2, 16, 0))
 
 
+@pytest.mark.slow
 def test_missing_local_copy_offline_fails_fast_naming_both_fixes(tmp_path):
     env = dict(os.environ, MINIGATE_CORPORA_DIR=str(tmp_path / "nowhere"), HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from minigate import distributed
 from minigate.cli import main
 
+pytestmark = pytest.mark.slow  # torchrun processes: two ranks and a single-process run to compare with
 STEPS = 40
 ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--set", f"steps={STEPS}", "--set", "eval_every=20",
         "--set", "ckpt_every=10", "--set", "lr=1e-3"]

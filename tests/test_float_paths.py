@@ -20,6 +20,7 @@ def test_the_other_path_is_the_next_narrower_one():
 
 
 @x86
+@pytest.mark.slow
 def test_a_forced_path_reaches_a_fresh_process_and_differs_from_the_native_one():
     native = fp.capability({})
     assert fp.capability(fp.PATHS["default"]) == "DEFAULT"

@@ -13,6 +13,8 @@ from minigate.course import ROOT
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 import check  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs the check and notebooks in processes of their own
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_without_cuda_the_check_says_so_and_passes():

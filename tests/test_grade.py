@@ -48,6 +48,7 @@ def notebook(path, exercises):
     return path
 
 
+@pytest.mark.slow
 def test_grade_scores_known_notebooks(tmp_path, capsys):
     mixed = notebook(tmp_path / "alice.ipynb", [  # 2 solved, 1 wrong, 1 not attempted
         ("g1_gate", SOLVED["g1_gate"]), ("split_q_proj", stub("split_q_proj")),
@@ -78,6 +79,7 @@ def test_grade_scores_known_notebooks(tmp_path, capsys):
     assert data["notebooks"][1]["results"]["g1_gate"]["status"] == "not attempted"
 
 
+@pytest.mark.slow
 def test_grade_a_real_lesson_solved_and_untouched(tmp_path, capsys):
     """Lesson 07's imports and its exercise: first_token_excess as in the solutions, and as the lesson's stub."""
     solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)
@@ -109,6 +111,7 @@ def test_the_grading_kernel_needs_no_tcp_port():
     assert len(km.ip) + len("-1") <= 104  # macOS's limit on a socket's path
 
 
+@pytest.mark.slow
 def test_each_notebook_s_kernel_is_shut_down_once_it_is_graded(tmp_path, monkeypatch):
     """A class's notebooks are graded one after another: each kernel (torch loaded: hundreds of MB) ends with its
     notebook, sockets and connection file removed, not when the grader exits."""
@@ -185,6 +188,7 @@ def test_the_build_writes_nbgrader_metadata_into_solutions_and_lessons(tmp_path)
     assert course.build(sol, les, check=True) == []  # idempotent
 
 
+@pytest.mark.slow
 def test_a_check_cell_deleted_from_a_notebook_graded_alone_fails(tmp_path, capsys):
     """The expected exercises come from the notebook's lesson, not only from the other notebooks graded with it."""
     solution = nbformat.read(course.ROOT / "solutions" / "07_paper_1b_models.ipynb", as_version=4)

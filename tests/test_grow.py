@@ -41,6 +41,7 @@ def test_the_recipe_is_code_on_a_cpu_and_code_gpu_on_cuda():
         Grow(preset="cod")
 
 
+@pytest.mark.slow
 def test_start_trains_the_three_in_the_background_once(tmp_path):
     grow = Grow(seed=3, preset="ci", root=tmp_path, steps=4, sets=FAST)
     said = grow.start()
@@ -60,6 +61,7 @@ def test_start_trains_the_three_in_the_background_once(tmp_path):
     assert "done: validation loss" in grow.log("elementwise").read_text()
 
 
+@pytest.mark.slow
 def test_progress_is_read_from_a_running_folder(tmp_path):
     grow = Grow(seed=0, preset="code", root=tmp_path)
     assert {p.state for p in grow.status().values()} == {"waiting"} and not grow.running()
@@ -88,6 +90,7 @@ def test_progress_is_read_from_a_running_folder(tmp_path):
     assert [ax.get_title() for ax in fig.axes] == ["sink heads at T=64 (share)", "F-Attn above uniform", "M-Act"]
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_where_its_checkpoint_stands(tmp_path):
     # 120 steps: the kill lands with about a hundred left (a ci step takes ~20 ms on 2 cores), never after the end
     grow = Grow(seed=0, preset="ci", root=tmp_path, steps=120, sets=dict(FAST, ckpt_every=4))
@@ -105,6 +108,7 @@ def test_a_killed_run_resumes_where_its_checkpoint_stands(tmp_path):
     assert json.loads((grow.folder("none") / "history.json").read_text())["step"][-1] == 120
 
 
+@pytest.mark.slow
 def test_lesson_04_measures_the_learners_models_as_the_shipped_ones(tmp_path):
     """Three finished run folders (here: the shipped weights and histories, laid out as `minigate train` writes them)
     are measured with measure.measure_folder on the same windows; before all three exist there is nothing to show."""
@@ -121,6 +125,7 @@ def test_lesson_04_measures_the_learners_models_as_the_shipped_ones(tmp_path):
         assert (r.f_attn, r.m_act, r.val_loss_code) == (shipped[v].f_attn, shipped[v].m_act, shipped[v].val_loss_code)
 
 
+@pytest.mark.slow
 def test_the_estimate_times_a_few_steps_of_each_model():
     torch.manual_seed(0)
     minutes = Grow(preset="ci", steps=600).estimate(steps=1, warmup=1)
@@ -129,6 +134,7 @@ def test_the_estimate_times_a_few_steps_of_each_model():
         Grow(preset="ci", sets={"nope": 1}).estimate(steps=1, warmup=1)  # the runs' own configs, --set included
 
 
+@pytest.mark.slow
 def test_progress_lines_are_json_from_train_itself(capsys):
     """train(progress="json"): a line of JSON on stdout every JSON_EVERY_S seconds (the first step's at once) and at
     the last step, and nothing else there; a progress it does not know is refused before it trains."""
@@ -171,6 +177,7 @@ def test_a_process_tree_has_ended_when_each_has_ended_or_is_a_zombie():
     assert _tree(p.pid) == [] and not _any_running(tree)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name == "nt", reason="POSIX process groups (on Windows stop() sends CTRL_BREAK to the group)")
 def test_stop_checkpoints_the_model_in_training_and_ends_the_whole_group(tmp_path):
     """stop() ends the background process *and* its `minigate train` (no orphan keeps training), after the model in
@@ -213,6 +220,7 @@ def _tiny_run(folder, preset: str, variant: str):
     train(model, ids, ids[:200], dataclasses.replace(cfg, **small), out_dir=folder, progress=False)
 
 
+@pytest.mark.slow
 def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
     """A trio grown on a GPU (code-gpu: 6 layers x 8 heads), copied to a kept folder (Drive in Colab): find_grown finds
     it there, and compare() counts 48 heads and sets it beside code-gpu's own seeds, with no shipped trio to show."""
@@ -236,6 +244,7 @@ def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
     assert "seed 0's value (one of the course's runs)" in text and " of 48;" in text and "not set beside" not in text
 
 
+@pytest.mark.slow
 def test_a_trio_on_another_corpus_is_not_set_beside_the_courses(tmp_path):
     """Like with like: the shipped trio and the seeds read other python-code corpora than a trio grown on the pinned
     one; compare() names each corpus and sets neither beside yours."""
@@ -254,6 +263,7 @@ def test_a_trio_on_another_corpus_is_not_set_beside_the_courses(tmp_path):
     assert "the course's seeds (data/seeds/code.json) read" in text
 
 
+@pytest.mark.slow
 def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
     """The in-runtime comparison: the learner's three models measured here, each beside the shipped model of the
     same variant, heads of 16; here the learner's are the shipped weights, so both trios' ratios agree."""

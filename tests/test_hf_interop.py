@@ -232,6 +232,7 @@ def test_offline_error_names_the_revision(monkeypatch):
 
 
 # ---- packaging ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_version_flag_and_one_version_string():
     from importlib.metadata import PackageNotFoundError, version
 

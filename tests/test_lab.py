@@ -12,8 +12,9 @@ import urllib.request
 import pytest
 from minigate.course import ROOT
 
-pytestmark = pytest.mark.skipif(not (shutil.which("make") and (ROOT / ".venv" / "bin" / "jupyter").exists()),
-                                reason="make lab runs from a checkout installed by make (.venv/bin/jupyter)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (shutil.which("make") and (ROOT / ".venv" / "bin" / "jupyter").exists()),
+                                 reason="make lab runs from a checkout installed by make (.venv/bin/jupyter)")]
 
 
 def test_make_lab_serves_the_lessons(tmp_path, free_port):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "minigate"
 ABOVE_THE_LIBRARY = ("minigate.course", "minigate.bench")
 
@@ -123,6 +125,7 @@ def test_benchmarks_and_course_code_never_import_each_other():
                 assert not [d for d in deps if d.startswith(other)], name
 
 
+@pytest.mark.slow
 def test_importing_a_library_module_loads_no_course_or_benchmark_module():
     """Each library module imported in turn in one fresh process: whatever course or benchmark module appears after an
     import is blamed on that import (so, on the first library module that loads it)."""

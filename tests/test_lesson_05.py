@@ -1,5 +1,5 @@
 """Lesson 05's checks, gate_by_phase and first_rest_ratio: an answer written otherwise passes, and the references agree
-with the package's gates.gate_scores and GateScores.first_vs_rest(ci=True) on a shipped
+with the package's gate_analysis.gate_scores and GateScores.first_vs_rest(ci=True) on a shipped
 model. That the references pass and a stub falls back is tests/test_checks.py's, and that each typical mistake
 earns its hint tests/test_check_mutations.py's, for every check."""
 

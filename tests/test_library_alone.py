@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_ONLY = ("ipywidgets", "IPython", "nbformat", "nbclient", "jupyter_client", "nbgrader")
 
@@ -41,6 +43,7 @@ print(json.dumps({"steps": len(history.loss), "m_act": m.m_act, "f_attn": m.f_at
 """
 
 
+@pytest.mark.slow
 def test_the_library_trains_and_measures_without_the_course_packages(tmp_path):
     out = subprocess.run([sys.executable, "-c", PROBE, ",".join(COURSE_ONLY), str(tmp_path / "run")],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)

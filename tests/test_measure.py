@@ -20,6 +20,7 @@ def test_prose_windows_are_held_out_bos_first_windows_of_512(prose):
     assert torch.equal(measure.prose_windows(data.DEFAULT_TOKENIZER, limit=5), prose[:5])
 
 
+@pytest.mark.slow
 def test_one_pass_gives_what_separate_passes_give(prose):
     """published_measures reads T=512, Gu's T=64 and M-Act off one forward pass per batch: the T=64 shares equal a
     pass over 64-token windows (attention is causal) and M-Act equals massive_activations' (which runs the fused
@@ -48,6 +49,7 @@ def test_measures_are_the_papers_metrics_and_where_the_largest_head_is(prose):
     assert row.max_head >= max(row.f_attn_per_layer) and row.max_act == max(row.m_act_per_layer)
 
 
+@pytest.mark.slow
 def test_write_measurements_stores_the_record_under_its_field_names(tmp_path, prose):
     folder = shutil.copytree(SHIPPED_DIR / "code-elementwise", tmp_path / "code-elementwise")
     (folder / measure.MEASUREMENTS).unlink()
@@ -62,6 +64,7 @@ def test_write_measurements_stores_the_record_under_its_field_names(tmp_path, pr
     assert again.record() == json.loads(json.dumps(row.record())) and again.sink is None
 
 
+@pytest.mark.slow
 def test_a_run_folder_is_measured_from_its_model_and_history(tmp_path, prose):
     """A finished `minigate train` folder (model/ and history.json): what lesson 04 measures of a learner's runs."""
     run_dir = tmp_path / "code-baseline"
@@ -74,30 +77,27 @@ def test_a_run_folder_is_measured_from_its_model_and_history(tmp_path, prose):
     assert row.f_attn == pytest.approx(measure.measure_folder(SHIPPED_DIR / "code-baseline", prose[:2]).f_attn)
 
 
-def row(excess, m_act, loss, sink_heads=4):
-    return measure.Measurement.from_record({"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss,
-                                            "heads": 16, "sink_heads_64": sink_heads, "sink_rate_64": sink_heads / 16})
-
-
-def test_ratios_are_baseline_over_gated_for_each_gated_variant():
-    rows = {"none": row(0.06, 60, 2.0), "headwise": row(0.02, 30, 2.0), "elementwise": row(0.015, 20, 2.0)}
+def test_ratios_are_baseline_over_gated_for_each_gated_variant(measurement):
+    rows = {"none": measurement(0.06, 60, 2.0), "headwise": measurement(0.02, 30, 2.0),
+            "elementwise": measurement(0.015, 20, 2.0)}
     got = measure.ratios(rows)
     assert set(got) == {"headwise", "elementwise"}
     assert got["headwise"] == pytest.approx({"f_attn_excess": 3.0, "m_act": 2.0})
     assert got["elementwise"] == pytest.approx({"f_attn_excess": 4.0, "m_act": 3.0})
 
 
-def test_a_ratio_with_nothing_to_remove_is_nan_and_one_with_nothing_left_is_inf():
+def test_a_ratio_with_nothing_to_remove_is_nan_and_one_with_nothing_left_is_inf(measurement):
     """A gated model with no sink head left under a baseline with some: inf; a baseline with none: nan (no symptom,
     so no ratio), not inf (the gate removed nothing)."""
-    got = measure.ratios({"none": row(0.06, 60, 2.0, sink_heads=3), "elementwise": row(0.02, 30, 2.0, sink_heads=0)},
-                         keys=("sink_heads_64",))
+    got = measure.ratios({"none": measurement(0.06, 60, 2.0, sink_heads=3),
+                          "elementwise": measurement(0.02, 30, 2.0, sink_heads=0)}, keys=("sink_heads_64",))
     assert got["elementwise"]["sink_heads_64"] == math.inf
-    got = measure.ratios({"none": row(0.06, 60, 2.0, sink_heads=0), "elementwise": row(0.02, 30, 2.0, sink_heads=0)},
-                         keys=("sink_heads_64", "m_act"))
+    got = measure.ratios({"none": measurement(0.06, 60, 2.0, sink_heads=0),
+                          "elementwise": measurement(0.02, 30, 2.0, sink_heads=0)}, keys=("sink_heads_64", "m_act"))
     assert math.isnan(got["elementwise"]["sink_heads_64"]) and got["elementwise"]["m_act"] == 2.0
 
 
+@pytest.mark.slow
 def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tmp_path, prose):
     """measure_shipped fails, naming the number and the fix, when a stored number is not what the weights give."""
     shutil.copytree(SHIPPED_DIR / "code-headwise", tmp_path / "code-headwise")
@@ -128,6 +128,7 @@ def test_every_stored_number_is_checked(prose):
             measure.check_measurement("x", got, dict(record, **{key: changed}), 1e-4)
 
 
+@pytest.mark.slow
 def test_the_shipped_measurements_are_what_the_shipped_weights_give():
     """measurements.json is current: each shipped code model measured again on the same windows agrees with it
     (measure_shipped asserts it; a re-shipped model without `--measure` fails here), with the stats for plots."""

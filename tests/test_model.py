@@ -277,7 +277,7 @@ def test_gate_bias_starts_the_gate_at_its_sigmoid_and_round_trips(tmp_path, tiny
 
 
 def test_gate_layers_gates_only_the_first_layers(tmp_path, tiny_deep, tokens):
-    from minigate import ablation, gates
+    from minigate import ablation, gate_analysis
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**tiny_deep, gate="G1", gate_granularity="headwise", gate_layers=1)).eval()
@@ -287,7 +287,7 @@ def test_gate_layers_gates_only_the_first_layers(tmp_path, tiny_deep, tokens):
     minigate.save_pretrained(model, tmp_path)
     assert torch.allclose(minigate.from_pretrained(tmp_path)(x), model(x), atol=1e-6)
     assert [name for name, _ in ablation.set_gates(model, 0.0)] == ["blocks.0.attn.hook_gate"]
-    assert gates.gate_scores(model, x).layers == [0]
+    assert gate_analysis.gate_scores(model, x).layers == [0]
     with pytest.raises(ValueError, match="layer 2 has no gate: gate_layers=1 gates layers 0..0 only"):
         ablation.force_layer(model, 2, 1.0)
     with pytest.raises(ValueError, match="must be between 0 \\(every layer\\) and n_layers=3"):

@@ -82,6 +82,7 @@ def test_the_router_learns_and_the_balance_loss_reads_the_load():
     assert dense(tokens, return_aux_loss=True)[1].item() == 0.0
 
 
+@pytest.mark.slow
 def test_the_g1_gate_works_unchanged_on_an_moe_model(tmp_path):
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, gate="G1",
                       gate_granularity="headwise", n_experts=4, d_expert=16)
@@ -110,6 +111,7 @@ def test_a_config_that_mixes_dense_and_moe_layers_is_refused():
         ModelConfig.from_hf_config(dict(hf, mlp_only_layers=[0]))
 
 
+@pytest.mark.slow
 def test_training_an_moe_model_adds_and_records_the_balance_loss(tmp_path):
     from minigate.presets import TrainConfig
     from minigate.train import train

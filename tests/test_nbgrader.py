@@ -19,6 +19,7 @@ from minigate.course.nbgrader_course import main as nbgrader_main
 from minigate.course.nbgrader_course import setup_course
 
 pytest.importorskip("nbgrader", reason="nbgrader is not installed: pip install -e '.[grading]'")
+pytestmark = pytest.mark.slow  # a course folder graded by nbgrader once for the file: minutes
 
 LESSON, NOTEBOOK = "lesson01", "01_attention_and_sinks.ipynb"
 NO_MASK = 'scores.masked_fill(future, float("-inf"))'  # lesson 01's mask; without it: the "no causal mask" mistake

@@ -18,6 +18,7 @@ from colab_env import ROOT, clean_env, git_files, wheel_env
 import minigate
 from minigate import data, measure
 
+pytestmark = pytest.mark.slow  # builds and installs the wheel
 DATA = sorted(f.removeprefix("data/") for f in git_files() if f.startswith("data/"))
 FIX = ('widen [tool.setuptools.package-data] "minigate._data" in pyproject.toml ("**/*" takes every file but those '
        'whose name starts with a dot)')

@@ -14,12 +14,7 @@ from minigate.checkpoint import History  # noqa: E402
 from minigate.plots._style import _plain  # noqa: E402
 from minigate.presets import NAMES  # noqa: E402
 
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("close_figures")
 
 
 @pytest.fixture

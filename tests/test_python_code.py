@@ -60,6 +60,7 @@ def test_python_code_is_deterministic_capped_deduplicated_and_split_by_file():
     assert info["lock_sha256"] == data.load_lock().sha256 and len(info["sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_python_code_does_not_depend_on_what_is_installed(tmp_path, monkeypatch):
     before = data.python_code_info(SMALL)
     extra = tmp_path / "site-packages" / "some_new_package"
@@ -92,6 +93,7 @@ def test_offline_with_an_empty_cache_the_error_says_what_to_fetch_and_how(tmp_pa
     assert "\n" not in said and "werkzeug-" in said and "PIP_FIND_LINKS" in said and "python-code.lock.json" in said
 
 
+@pytest.mark.slow
 def test_a_folder_of_the_wheels_stands_in_for_the_index(tmp_path, monkeypatch):
     # a learner behind a proxy: `python -m minigate.data fetch-code --dest DIR` where there is internet, then pip
     # reads DIR with no index
@@ -111,6 +113,7 @@ def test_load_documents_python_code_honours_the_cap(monkeypatch):
     assert sum(len(d.encode()) for d in train + val) <= 200_000 + 10_000  # decoding may replace a few bytes
 
 
+@pytest.mark.slow
 def test_python_site_is_this_pythons_code_as_before():
     files = data.site_files(SMALL)
     assert files == data.site_files(SMALL) and len(files) > 20
@@ -128,6 +131,7 @@ def test_python_site_is_this_pythons_code_as_before():
     assert len(train) > len(val) > 0
 
 
+@pytest.mark.slow
 def test_token_cache_matches_encode_and_is_keyed_by_tokenizer(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGATE_CACHE_DIR", str(tmp_path))
     tok = data.load_tokenizer()
@@ -180,6 +184,7 @@ def test_code_preset_is_the_measured_cpu_recipe():
     assert 1.3e6 < minigate.Transformer(model_config("code")).num_params() < 1.45e6
 
 
+@pytest.mark.slow
 def test_code_gpu_preset_trains_a_cpu_sized_run_and_records_the_corpus(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", str(SMALL))
     out = tmp_path / "code"

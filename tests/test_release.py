@@ -26,6 +26,7 @@ def test_thin_keeps_every_tenth_step_and_all_evaluations():
     assert thin["metrics"] == history["metrics"] and thin["info"]["tokenizer"] == "data/tokenizer.json"
 
 
+@pytest.mark.slow
 def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypatch, prose):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "2000000")
     run = tmp_path / "runs" / "code-elementwise"
@@ -141,6 +142,7 @@ def test_rerun_lessons_executes_a_notebook_in_place(tmp_path):
     assert cell.outputs[0]["text"] == "42\n" and "execution" not in cell.metadata  # no timings stored
 
 
+@pytest.mark.slow
 def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, capsys):
     """--measure on a copy of the shipped folders rewrites the copy's measurements.json only."""
     import shutil
@@ -168,15 +170,10 @@ def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sent
     assert sentence == readme.rendered()["seeds", "code"] and "6 (6-6) of 16 in the baseline" in sentence
 
 
-def row(excess, m_act, loss, sink_heads=4):
-    return measure.Measurement.from_record({"f_attn_excess": excess, "m_act": m_act, "val_loss_code": loss,
-                                            "heads": 16, "sink_heads_64": sink_heads})
-
-
-def test_the_bar_names_each_failure():
-    ok = ship.bar({"none": row(0.06, 60, 2.00), "headwise": row(0.03, 40, 2.01, 2)})
+def test_the_bar_names_each_failure(measurement):
+    ok = ship.bar({"none": measurement(0.06, 60, 2.00), "headwise": measurement(0.03, 40, 2.01, 2)})
     assert all(holds for _, holds in ok) and len(ok) == 6
-    bad = dict(ship.bar({"none": row(0.02, 15, 2.0, 0), "headwise": row(0.011, 11, 2.05, 0)}))
+    bad = dict(ship.bar({"none": measurement(0.02, 15, 2.0, 0), "headwise": measurement(0.011, 11, 2.05, 0)}))
     assert not any(bad.values())  # each line fails on its own number
     assert set(bad) == {"baseline F-Attn >= 0.03 above uniform", "baseline has sink heads at T=64 (a head above 0.3)",
                         "headwise: excess F-Attn >= 2x smaller", "headwise: M-Act >= 1.5x smaller",

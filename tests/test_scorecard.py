@@ -306,6 +306,7 @@ def card():
     return sc.scorecard(lr)
 
 
+@pytest.mark.slow
 def test_the_scorecard_states_the_stored_measurements(card):
     """The code and code-gpu columns are data/seeds' numbers (seed 0: the shipped trio's measurements.json), the
     code-moe column the shipped pair measured again, window by window (checked against measurements.json)."""
@@ -329,6 +330,7 @@ def test_the_scorecard_states_the_stored_measurements(card):
     assert all(x.verdict == "" for x in card if x.setting == "paper")
 
 
+@pytest.mark.slow
 def test_the_overrides_are_lesson_06s(card):
     """The <bos> costs are lesson 06's printed ones (+0.114 [+0.092, +0.136] for the code baseline), and the headwise
     code model's, +0.128, is within the noise of it: the code verdict is the elementwise model's clear contradiction."""
@@ -339,6 +341,7 @@ def test_the_overrides_are_lesson_06s(card):
     assert e["bos", "code"].verdict == "contradicted"
 
 
+@pytest.mark.slow
 def test_fragile_verdicts_are_marked(card):
     e = {(x.claim, x.setting): x for x in card}
     assert "one head" in e["sink heads", "copy"].fragile and "one head" in e["sink heads", "induction"].fragile
@@ -347,12 +350,14 @@ def test_fragile_verdicts_are_marked(card):
     assert not any(e[c, s].fragile for c in ("sink heads", "f_attn", "m_act") for s in ("code", "code-gpu"))
 
 
+@pytest.mark.slow
 def test_the_tally_counts_each_claim_once(card):
     tally = sc.tally(card)
     assert sum(tally.values()) == len(sc.CLAIMS)
     assert set(sc.claim_verdicts(card)) == set(sc.CLAIMS)
 
 
+@pytest.mark.slow
 def test_the_sources_are_kept_apart(card):
     assert {c.source for c in sc.CLAIMS.values()} == set(sc.SOURCES)
     assert sc.CLAIMS["closed"].source == "reported" and {sc.CLAIMS[c].source for c in ("bos", "lr m_act")} == {"course"}

@@ -78,6 +78,7 @@ def test_induction_models_match_their_run_and_only_the_baseline_has_a_sink_head(
     assert heads == {"induction-baseline": 1, "induction-headwise": 0, "induction-elementwise": 0}, heads
 
 
+@pytest.mark.slow
 def test_code_models_show_the_sink_and_the_gate_removing_most_of_it():
     """What data/checkpoints/README.md and lesson 04 say of these three, measured afresh on 16 held-out prose
     windows at T=512 (scripts/ship.py's bar checks the stored rows of all 75, tests/test_release.py):
@@ -104,6 +105,7 @@ def test_code_models_show_the_sink_and_the_gate_removing_most_of_it():
         assert loss[name] <= loss["code-baseline"] + 0.02, loss
 
 
+@pytest.mark.slow
 def test_the_moe_pair_matches_its_run_and_the_baseline_opens_in_transformers():
     """code-moe-baseline / -elementwise (lesson 08): the code-moe preset's run, 8 experts of which 2 per token; the
     baseline's folder is a transformers Qwen3-MoE checkpoint that gives minigate's logits."""

@@ -12,6 +12,7 @@ from minigate import measure
 from minigate.course import scaling
 from minigate.course.published import TABLE_4
 
+pytestmark = pytest.mark.usefixtures("close_figures")
 STUDY = sorted((scaling.DATA / "study").glob("*.json"))
 ROW_KEYS = {"point", "seed", "variant", "name", "seq_len", "windows", "uniform", "f_attn", "f_attn_excess", "max_head",
             "sink_rate_64", "max_head_64", "m_act", "val_loss_code", "corpus_sha256", "corpus_files", "precision",
@@ -45,14 +46,6 @@ def _row(point, seed, variant, sink, excess, m_act, loss=2.0):
             "wall_s": 700, "train_s": 600,
             "tracker": [{"step": s, "sink_rate_64": sink, "f_attn_excess": excess, "m_act": m_act * s / 2000}
                         for s in (500, 1000, 2000)]}
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 @pytest.fixture

@@ -12,16 +12,6 @@ from minigate.checkpoint import History, ckpt_step, load_checkpoint
 from minigate.evaluation import eval_mode, token_cross_entropy
 from minigate.presets import PRESETS, TrainConfig, model_config
 
-def _data(n=3000, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(1, 64, (n,), generator=g), torch.randint(1, 64, (500,), generator=g)
-
-
-def _cfg(**kw):
-    base = dict(steps=6, batch_size=4, seq_len=16, warmup_steps=2, lr=1e-2, eval_every=3, eval_batches=2,
-                ckpt_every=0, device="cpu")
-    return TrainConfig(**{**base, **kw})
-
 
 def test_lr_schedule_warmup_then_cosine_to_min():
     cfg = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
@@ -73,6 +63,7 @@ print(faults() - before)
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.slow
 def test_cpu_allocator_keeps_freed_memory():
     # by default glibc maps blocks over its mmap threshold (at most 32 MB) afresh and hands them back when
     # freed, so every step faults the 64 MB logits' pages in again (about 400k page faults over six steps
@@ -102,9 +93,9 @@ def _stop_at(step, exc):
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
-def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how, tiny_model):
-    tr, va = _data()
-    cfg = _cfg(grad_accum=2, callback_every=1, ckpt_every=2)
+def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how, tiny_model, token_split, train_cfg):
+    tr, va = token_split()
+    cfg = train_cfg(grad_accum=2, callback_every=1, ckpt_every=2)
     straight = tiny_model(gate="G1", gate_granularity="headwise")
     h1 = T.train(straight, tr, va, cfg, progress=False)
 
@@ -127,29 +118,30 @@ def test_resumed_run_is_bitwise_equal_to_uninterrupted(tmp_path, how, tiny_model
     assert not _params_equal(straight, tiny_model(gate="G1", gate_granularity="headwise"))  # it did train
 
 
-def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path, tiny_model):
-    tr, va = _data()
-    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+def test_resume_without_checkpoint_flag_refuses_to_overwrite(tmp_path, tiny_model, token_split, train_cfg):
+    tr, va = token_split()
+    T.train(tiny_model(), tr, va, train_cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     with pytest.raises(FileExistsError, match="resume=True"):
-        T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+        T.train(tiny_model(), tr, va, train_cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="another model config"):
-        T.train(tiny_model(d_ff=32), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, resume=True,
+        T.train(tiny_model(d_ff=32), tr, va, train_cfg(steps=2, warmup_steps=1), out_dir=tmp_path, resume=True,
                 progress=False)
 
 
-def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path, tiny_model):
-    tr, va = _data()
-    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
+def test_checkpoint_from_before_a_config_field_existed_still_resumes(tmp_path, tiny_model, token_split, train_cfg):
+    tr, va = token_split()
+    T.train(tiny_model(), tr, va, train_cfg(steps=2, warmup_steps=1), out_dir=tmp_path, progress=False)
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     del ckpt["model_config"]["gate_bias"]  # written by a version without this field: it means the default
     torch.save(ckpt, tmp_path / "checkpoint.pt")
     with pytest.warns(UserWarning, match="changed steps"):  # a longer run: told, and allowed
-        h = T.train(tiny_model(), tr, va, _cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True, progress=False)
+        h = T.train(tiny_model(), tr, va, train_cfg(steps=3, warmup_steps=1), out_dir=tmp_path, resume=True,
+                    progress=False)
     assert h.step[-1] == 3
 
 
-def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_model):
-    tr, va = _data()
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_model, token_split, train_cfg):
+    tr, va = token_split()
     model, calls = tiny_model(), {"n": 0}
 
     def poison(x, hook):  # the 5th training forward (step 5) produces NaN
@@ -160,15 +152,15 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_mod
 
     with model.hooks([("hook_embed", poison)]):
         with pytest.raises(T.TrainingDiverged, match=r"loss nan at step 5.*checkpoint.*step 4\) was kept"):
-            T.train(model, tr, va, _cfg(steps=8, ckpt_every=2), out_dir=tmp_path, progress=False)
+            T.train(model, tr, va, train_cfg(steps=8, ckpt_every=2), out_dir=tmp_path, progress=False)
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the bad step was never applied
     assert not (tmp_path / "model").exists()  # no final model from a failed run
 
 
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, tiny_model):
-    tr, va = _data()
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, tiny_model, token_split, train_cfg):
+    tr, va = token_split()
     real_save, calls = torch.save, {"n": 0}
 
     def crash_on_second_save(obj, f):
@@ -180,26 +172,27 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, tiny_model):
 
     monkeypatch.setattr(torch, "save", crash_on_second_save)
     with pytest.raises(OSError, match="disk full"):
-        T.train(tiny_model(), tr, va, _cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
+        T.train(tiny_model(), tr, va, train_cfg(steps=4, ckpt_every=2), out_dir=tmp_path, progress=False)
     assert calls["n"] == 2
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the previous one is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "history.json"]  # no temp files
 
 
-def test_bf16_autocast_runs_on_cpu(tiny_model):
-    tr, va = _data()
+def test_bf16_autocast_runs_on_cpu(tiny_model, token_split, train_cfg):
+    tr, va = token_split()
     model, dtypes = tiny_model(gate="G1", gate_granularity="elementwise"), set()
     with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
-        h = T.train(model, tr, va, _cfg(steps=3, precision="bf16"), progress=False)
+        h = T.train(model, tr, va, train_cfg(steps=3, precision="bf16"), progress=False)
     assert dtypes == {torch.bfloat16}  # autocast really was on
     assert all(math.isfinite(x) for x in h.loss + h.val_loss)
     assert next(model.parameters()).dtype == torch.float32  # master weights stay fp32
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
-        T.train(tiny_model(), tr, va, _cfg(precision="fp16"), progress=False)
+        T.train(tiny_model(), tr, va, train_cfg(precision="fp16"), progress=False)
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native, tiny_model):
+def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native, tiny_model,
+                                                                       token_split, train_cfg):
     """The hardware query is mocked, not the arithmetic: the run really trains in what "auto" chose."""
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
     cpu = torch.device("cpu")
@@ -207,10 +200,10 @@ def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypat
     assert hardware.pick_precision("fp32", cpu) == (None, False)  # a named precision is what it says
     assert hardware.pick_precision("bf16", cpu) == (torch.bfloat16, False)
     assert hardware.pick_precision("auto", torch.device("mps")) == (None, False)
-    tr, va = _data()
+    tr, va = token_split()
     model, dtypes = tiny_model(), set()
     with model.hooks([("blocks.0.attn.hook_z", lambda z, hook: dtypes.add(z.dtype))]):
-        h = T.train(model, tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), progress=False)
+        h = T.train(model, tr, va, train_cfg(steps=2, warmup_steps=1, precision="auto"), progress=False)
     assert dtypes == {torch.bfloat16 if native else torch.float32}
     assert h.info["precision_used"] == ("bf16" if native else "fp32")
 
@@ -242,15 +235,16 @@ def test_native_bf16_means_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, nat
 
 @pytest.mark.filterwarnings("ignore:resuming with a changed steps")
 def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_not_bitwise(tmp_path, monkeypatch,
-                                                                                             tiny_model):
-    tr, va = _data()
+                                                                                             tiny_model, token_split,
+                                                                                             train_cfg):
+    tr, va = token_split()
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
-    T.train(tiny_model(), tr, va, _cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+    T.train(tiny_model(), tr, va, train_cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
             run_json={"preset": "tiny"}, progress=False)
     assert json.loads((tmp_path / "run.json").read_text()) == {"preset": "tiny", "precision_used": "bf16"}
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # the same run folder on another CPU
     with pytest.warns(UserWarning, match="resuming in fp32 a run checkpointed in bf16.*not bitwise"):
-        h = T.train(tiny_model(), tr, va, _cfg(steps=3, warmup_steps=1, precision="auto"), out_dir=tmp_path,
+        h = T.train(tiny_model(), tr, va, train_cfg(steps=3, warmup_steps=1, precision="auto"), out_dir=tmp_path,
                     resume=True, run_json={"preset": "tiny"}, progress=False)
     assert h.info["precision_used"] == "fp32"
     assert json.loads((tmp_path / "model" / "run.json").read_text())["precision_used"] == "fp32"
@@ -263,7 +257,7 @@ def test_the_presets_lessons_and_tests_train_on_a_cpu_are_fp32_on_every_cpu():
         "code": "auto", "code-moe": "auto", "code-gpu": "auto"}
 
 
-def test_callback_metrics_history_and_loss_goes_down(tiny_model):
+def test_callback_metrics_history_and_loss_goes_down(tiny_model, train_cfg):
     tr = torch.arange(4000) % 7 + 1  # a periodic stream: easy to learn
     seen = []
 
@@ -271,7 +265,7 @@ def test_callback_metrics_history_and_loss_goes_down(tiny_model):
         seen.append((model.training, torch.is_grad_enabled()))
         return {"double": 2 * step}
 
-    h = T.train(tiny_model(), tr, tr[:500], _cfg(steps=30, warmup_steps=3, eval_every=10, callback_every=15),
+    h = T.train(tiny_model(), tr, tr[:500], train_cfg(steps=30, warmup_steps=3, eval_every=10, callback_every=15),
                 callback=callback, progress=False)
     assert h.metric("double") == ([15, 30], [30, 60]) and seen == [(False, False)] * 2
     assert h.step == list(range(1, 31)) and h.eval_step == [10, 20, 30]
@@ -286,12 +280,12 @@ def test_spike_rule():
     assert not T.is_spike(100.0, [4.0] * 3, cfg)  # not before a full window
 
 
-def test_bad_inputs_have_clear_errors(tiny_model):
-    tr, va = _data()
+def test_bad_inputs_have_clear_errors(tiny_model, token_split, train_cfg):
+    tr, va = token_split()
     with pytest.raises(ValueError, match="token id 99.*vocab_size is 64"):
-        T.train(tiny_model(), torch.cat([tr, torch.tensor([99])]), va, _cfg(), progress=False)
+        T.train(tiny_model(), torch.cat([tr, torch.tensor([99])]), va, train_cfg(), progress=False)
     with pytest.raises(ValueError, match="validation corpus has 10 tokens"):
-        T.train(tiny_model(), tr, va[:10], _cfg(), progress=False)
+        T.train(tiny_model(), tr, va[:10], train_cfg(), progress=False)
     with pytest.raises(ValueError, match="warmup_steps=10: must be >= 0 and less than steps=10"):
         TrainConfig(steps=10, warmup_steps=10)
 

@@ -107,6 +107,7 @@ def windows(setup):
     return ids
 
 
+@pytest.mark.slow
 def test_models_attention_explorer_shows_every_model_side_by_side_and_redraws(setup, windows):
     models, tok = setup
     ex = widgets.models_attention_explorer(models, windows, tok, layer=1, head=2, heads={"headwise": (0, 3)})

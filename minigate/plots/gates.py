@@ -144,7 +144,7 @@ def gate_token_matrix(matrix: torch.Tensor, tokens: list[str] | None = None, lay
 
 
 def gate_by_type(table: dict, stat: str = "mean", title: str = "Mean gate score by input type"):
-    """Bars of one statistic per row of gates.compare_gates(..., ci=True), with its interval."""
+    """Bars of one statistic per row of gate_analysis.compare_gates(..., ci=True), with its interval."""
     fig, ax = plt.subplots(figsize=(7, 4))
     names = list(table)
     values = [table[n][stat] for n in names]
@@ -174,7 +174,7 @@ def gate_layer_quantiles(scores: dict, title: str = "Gate distribution by depth"
 def gate_dimension_classes(classes, layers: list[int] | None = None,
                            title: str = "Gate dimensions: always closed, input-dependent, always open"):
     """Stacked bars per layer of a gates.DimensionClasses."""
-    from ..gates import CLASSES
+    from ..gate_analysis import CLASSES
 
     shares = classes.per_layer  # (layer, 3)
     x = layers if layers is not None else list(range(shares.shape[0]))

@@ -14,23 +14,14 @@ from minigate import ModelConfig, Transformer
 from minigate import train as T
 from minigate.cli import main
 from minigate.hardware import pick_precision
-from minigate.presets import TrainConfig
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 TINY = dict(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128,
             gate="G1", gate_granularity="headwise")
-
-
-def _data():
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(1, 64, (20_000,), generator=g), torch.randint(1, 64, (2_000,), generator=g)
-
-
-def _cfg(**kw):
-    base = dict(steps=30, batch_size=8, seq_len=64, warmup_steps=3, lr=3e-3, eval_every=10, eval_batches=2,
-                ckpt_every=10, device="cuda")
-    return TrainConfig(**{**base, **kw})
+# TrainConfig fields of the CUDA runs (train_cfg in tests/conftest.py: its tiny CPU run with these changed)
+CUDA_RUN = dict(steps=30, batch_size=8, seq_len=64, warmup_steps=3, lr=3e-3, eval_every=10, ckpt_every=10,
+                device="cuda")
 
 
 def _model():
@@ -39,11 +30,11 @@ def _model():
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
-def test_training_on_cuda_learns_in_every_precision(precision):
+def test_training_on_cuda_learns_in_every_precision(precision, token_split, train_cfg):
     if precision == "bf16" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
-    tr, va = _data()
-    h = T.train(_model(), tr, va, _cfg(precision=precision), progress=False)
+    tr, va = token_split(n=20_000, n_val=2_000)
+    h = T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision=precision), progress=False)
     assert all(torch.isfinite(torch.tensor(h.loss))) and h.val_loss[-1] < h.val_loss[0]
 
 
@@ -53,26 +44,26 @@ def test_fp16_uses_a_grad_scaler_and_auto_picks_by_capability():
     assert pick_precision("auto", torch.device("cuda")) == want
 
 
-def test_compile_matches_eager_closely():
-    tr, va = _data()
-    eager = T.train(_model(), tr, va, _cfg(precision="fp32", compile=False), progress=False)
-    with_compile = T.train(_model(), tr, va, _cfg(precision="fp32", compile=True), progress=False)
+def test_compile_matches_eager_closely(token_split, train_cfg):
+    tr, va = token_split(n=20_000, n_val=2_000)
+    eager = T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision="fp32", compile=False), progress=False)
+    with_compile = T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision="fp32", compile=True), progress=False)
     assert with_compile.val_loss[-1] == pytest.approx(eager.val_loss[-1], abs=2e-2)
 
 
-def test_resume_on_cuda_continues_the_run(tmp_path):
-    tr, va = _data()
-    straight = T.train(_model(), tr, va, _cfg(precision="fp32"), progress=False)
+def test_resume_on_cuda_continues_the_run(tmp_path, token_split, train_cfg):
+    tr, va = token_split(n=20_000, n_val=2_000)
+    straight = T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision="fp32"), progress=False)
 
     def stop(step, model, history):
         if step == 10:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        T.train(_model(), tr, va, _cfg(precision="fp32", callback_every=1), out_dir=tmp_path, callback=stop,
-                progress=False)
-    resumed = T.train(_model(), tr, va, _cfg(precision="fp32", callback_every=1), out_dir=tmp_path, resume=True,
-                      progress=False)
+        T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision="fp32", callback_every=1), out_dir=tmp_path,
+                callback=stop, progress=False)
+    resumed = T.train(_model(), tr, va, train_cfg(**CUDA_RUN, precision="fp32", callback_every=1), out_dir=tmp_path,
+                      resume=True, progress=False)
     assert resumed.step == straight.step
     # CUDA kernels need not be bitwise deterministic; the run must continue, not restart
     assert resumed.val_loss[-1] == pytest.approx(straight.val_loss[-1], abs=1e-3)

@@ -61,8 +61,14 @@ def _own_bootstrap(per_prompt, seed=0):  # a correct percentile bootstrap over p
     ratio = lambda i: first[i].mean() / (sums[i].sum() / counts[i].sum())
     g = torch.Generator().manual_seed(seed + 123)
     boots = torch.stack([ratio(torch.randint(len(per_prompt), (len(per_prompt),), generator=g)) for _ in range(1000)])
-    return ratio(torch.arange(len(per_prompt))).item(), *torch.quantile(boots, torch.tensor([0.025, 0.975],
-                                                                                            dtype=torch.float64)).tolist()
+    low, high = torch.quantile(boots, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return ratio(torch.arange(len(per_prompt))).item(), low, high, high < 1
+
+
+def _noop_by_value_norm(model, tokens, layer, head):  # the proxy, as a learner might write it: |v<bos>| small
+    _, cache = model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_v")
+    v = cache[f"blocks.{layer}.attn.hook_v"][:, :, head // (model.cfg.n_heads // model.cfg.n_kv_heads)]
+    return bool(v[:, 0].norm(dim=-1).mean() < 0.5 * v[:, 1:].norm(dim=-1).mean()), 0.0
 
 
 def _headwise_not_reshaped(z, g):
@@ -304,7 +310,11 @@ OTHER_WRONG_ANSWERS = [
     ("sink_head_interval", "two seeds refused", _refuses_two_seeds, "your function raised ValueError: one seed"),
     ("sink_head_interval", "one count for all seeds", _one_count_for_all, "counts: one number per model"),
     ("bos_noop_test", "query head indexes hook_v", _noop_query_head_as_value_head, "value head"),
-    ("bos_noop_test", "ratio only", lambda *a: l4._bos_noop_test(*a)[0], None),
+    ("bos_noop_test", "the verdict only", lambda *a: l4._bos_noop_test(*a)[0], "return two things, (is_noop, change)"),
+    ("bos_noop_test", "the verdict as a word", lambda *a: ("no-op", 0.0), "is_noop: True or False"),
+    ("bos_noop_test", "every head a no-op", lambda *a: (True, 0.0), "how much a head attends says nothing"),
+    ("bos_noop_test", "no head a no-op", lambda *a: (False, 1.0), "5 no-op head(s) judged used and 0 used head(s)"),
+    ("bos_noop_test", "the value-norm proxy, written out", _noop_by_value_norm, "a small value at <bos> is a proxy"),
     ("locate_massive", "values only", lambda c, n: l4._locate_massive(c, n)[0], "2 outputs"),
     ("locate_massive", "dimension off by one",
      lambda c, n: (l4._locate_massive(c, n)[0], l4._locate_massive(c, n)[1] + torch.tensor([0, 0, 1])), None),
@@ -318,7 +328,13 @@ OTHER_WRONG_ANSWERS = [
      "names_filter"),
     ("gate_by_phase", "the next layer", lambda m, t, L, n: l5._gate_by_phase(m, t, (L + 1) % m.cfg.n_layers, n),
      "gate_by_phase, case"),
-    ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "expected 3 outputs"),
+    ("first_rest_ratio", "ratio only", lambda p, s=0: l5._first_rest_ratio(p, s)[0], "return four things"),
+    ("first_rest_ratio", "the interval without a verdict", lambda p, s=0: l5._first_rest_ratio(p, s)[:3],
+     "return four things, (ratio, low, high, gated_more)"),
+    ("first_rest_ratio", "the verdict as a word", lambda p, s=0: (*l5._first_rest_ratio(p, s)[:3], "yes"),
+     "gated_more: True or False"),
+    ("first_rest_ratio", "always gated more", lambda p, s=0: (*l5._first_rest_ratio(p, s)[:3], True),
+     "a ratio below 1 in one sample is not yet evidence"),
     ("first_rest_ratio", "a correct bootstrap of its own", _own_bootstrap, "draw them through bootstrap_ci"),
     ("gate_override", "one pair, not a list", _override_one_pair, "list of (hook name, hook function) pairs"),
     ("gate_override", "ov.force_layer / ov.close_head", _overrides_by_module, "calls overrides.close_head"),

@@ -44,7 +44,24 @@ def test_first_rest_ratio_reference_is_first_vs_rest_with_ci():
     g = gate_scores(model, [row[: 20 + i] for i, row in enumerate(copy_task(16, seed=3))])  # unequal lengths
     per_prompt = [g.values[g.prompt == i].flatten(1).mean(1) for i in range(g.n_prompts)]
     fr = g.first_vs_rest(ci=True)
-    ratio, low, high = checks.reference_first_rest_ratio(per_prompt)
+    ratio, low, high, gated_more = checks.reference_first_rest_ratio(per_prompt)
+    assert gated_more is bool(high < 1)
     assert ratio.item() == pytest.approx(fr.ratio.item(), rel=1e-5)
     assert (low.item(), high.item()) == pytest.approx((fr.ci["ratio"][0].item(), fr.ci["ratio"][1].item()), rel=1e-5)
     assert low < ratio < high
+
+
+def test_first_rest_ratio_planted_cases():
+    """The check's planted cases: with no effect (a true ratio of 1) the sample ratio is below 1, the interval over
+    prompts reaches past 1 and one over tokens does not, so only the prompt bootstrap gives the planted verdict; with
+    the first token gated less, the whole interval lies above 1."""
+    from minigate.course.checks import lesson05 as l5
+
+    none = l5._no_effect(l5.NO_EFFECT_SEED)
+    ratio, low, high, gated_more = checks.reference_first_rest_ratio(none, 3)
+    assert ratio < 0.95 and low < 1 < high and not gated_more
+    _, _, token_high, token_verdict = l5._first_rest_ratio(none, 3, unit="token")
+    assert token_high < 1 and token_verdict
+    assert all(p[0] == 0.5 for p in none)  # the first token's gate: the same in every prompt, as <bos>'s
+    ratio, low, high, gated_more = checks.reference_first_rest_ratio(l5._prompts(4, 30, 20, first=1.6), 4)
+    assert low > 1 and not gated_more

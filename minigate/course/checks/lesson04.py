@@ -3,12 +3,13 @@ head parks its attention, part by part (from which F-Attn follows)."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from functools import partial
 
 import torch
 
-from .engine import Mistake, check, randn
+from .engine import NONE_HINT, Mismatch, Mistake, check, randn, what
 from .lesson02 import _copy_parts  # the random part and the copy part of copy-task rows
 
 EXERCISES = ("locate_massive", "bos_noop_test", "bos_share_by_part")  # check cells, in lesson order
@@ -133,17 +134,20 @@ def bos_share_by_part(fn: Callable) -> Callable:
 
 # ── is a <bos> head a no-op? ──────────────────────────────────────────────────────────────
 
+NOOP = 0.01  # nats: a head whose <bos> value can go without moving the loss this much either way is a no-op
+
+
 def reference_bos_noop_test(model, tokens, layer, head):
-    """tokens (batch, pos), <bos> first -> (value_ratio, d_zero, d_mean), floats, for one head of one layer:
-    value_ratio: mean |v| at <bos> / mean |v| at the other positions (the head's value vectors, hook_v);
-    d_zero: the change of the mean next-token loss (nats) when the head's value at <bos> is set to zero;
-    d_mean: the same when it is replaced by the mean of the head's values at the other positions.
-    A no-op sink reads a value near zero (small ratio), so neither replacement changes the loss."""
+    """tokens (batch, pos), <bos> first -> (is_noop, change): whether one head of one layer adds nothing at <bos> that
+    the model uses, and the evidence: the change of the mean next-token loss (nats) when that head's value at <bos>
+    (blocks.{layer}.attn.hook_v, the value head the query head reads) is set to zero, removing exactly what the head
+    adds by attending to <bos>. A no-op when |change| < NOOP: a constant the model uses moves the loss either way."""
     return _bos_noop_test(model, tokens, layer, head)
 
 
-def _bos_noop_test(model, tokens, layer, head, others_from=1, where="bos", which_heads="one", difference=True,
-                   mean_from=1):
+def _bos_noop_test(model, tokens, layer, head, test="zero", where="bos", which_heads="one", two_sided=True,
+                   threshold=NOOP):
+    """The reference with switches for the typical mistakes: each returns (verdict, the number it rests on)."""
     import torch.nn.functional as F
 
     name = f"blocks.{layer}.attn.hook_v"
@@ -151,65 +155,155 @@ def _bos_noop_test(model, tokens, layer, head, others_from=1, where="bos", which
     heads = slice(None) if which_heads == "all" else kv
     positions = 0 if where == "bos" else slice(None)
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=name)
+        names = [name, f"blocks.{layer}.attn.hook_pattern"]
+        _, cache = model.run_with_cache(tokens, names_filter=names)
         v = cache[name][:, :, kv].float()  # (batch, pos, d_head)
-        norms = v.norm(dim=-1)  # (batch, pos)
-        ratio = (norms[:, 0].mean() / norms[:, others_from:].mean()).item()
-        mean_v = cache[name][:, mean_from:, heads].mean((0, 1))  # (d_head,) or (kv_head, d_head)
+        if test == "ratio":  # the proxy: a small value at <bos>
+            ratio = (v[:, 0].norm(dim=-1).mean() / v[:, 1:].norm(dim=-1).mean()).item()
+            return ratio < 0.5, ratio
+        if test == "share":  # "a sink is a no-op"
+            share = cache[names[1]][:, head, :, 0].mean().item()
+            return share > 0.3, share
 
         def loss(hooks):
             logits = model.run_with_hooks(tokens, fwd_hooks=hooks)  # (batch, pos, vocab)
             return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten()).item()
 
-        def replace(value):
-            def hook(v, hook):  # v (batch, pos, kv_head, d_head)
-                v = v.clone()
-                v[:, positions, heads] = value
-                return v
-            return [(name, hook)]
+        value = 0.0 if test == "zero" else cache[name][:, 1:, heads].mean((0, 1))
 
-        base = loss([])
-        zero, mean = loss(replace(0.0)), loss(replace(mean_v))
-    return (ratio, zero - base, mean - base) if difference else (ratio, zero, mean)
+        def replace(v, hook):  # v (batch, pos, kv_head, d_head)
+            v = v.clone()
+            v[:, positions, heads] = value
+            return v
+
+        change = loss([(name, replace)]) - loss([])
+    if threshold == 0:
+        return change == 0, change
+    return (abs(change) if two_sided else change) < threshold, change
 
 
-def _noop_case(seed: int, gate: str, n_kv_heads: int = 4):
+def _noop_model(kinds: list[str], n_heads: int = 4, seed: int = 0, batch: int = 4, pos: int = 12):
+    """A tiny model whose heads put about 0.8 of their attention on <bos> (a hook on their scores) and whose value at
+    <bos> is planted (a hook on hook_v), with tokens to run it on. kinds[layer][kv_head] says what each value head's
+    <bos> value is: "N" large (twice the others' mean norm) but in o_proj's null space (to 1e-3): a no-op; "n" zero:
+    a no-op; "C" small (0.3 of the others' norm), which o_proj reads: a constant; "K" large and read: a constant;
+    "M" the mean of the head's values elsewhere: a constant that a mean replacement leaves as it is. -> (model,
+    tokens, per layer {query head: is a no-op}), the labels planted; tests/test_lesson_04.py checks their margins."""
     from ... import ModelConfig, Transformer
 
+    n_kv = len(kinds[0])
+    g, hd = n_heads // n_kv, 8
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, head_dim=8, d_ff=48,
-                      gate=gate)
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=len(kinds), n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd,
+                      d_ff=48)
     model = Transformer(cfg).eval()
-    for p in model.parameters():  # larger weights than at initialisation, so every ablation moves the loss
+    for p in model.parameters():  # larger weights than at initialisation, so a planted constant moves the loss
         p.data.mul_(3.0)
-    tokens = torch.randint(1, 40, (3, 12), generator=torch.Generator().manual_seed(seed))
+    tokens = torch.randint(1, 40, (batch, pos), generator=torch.Generator().manual_seed(seed))
     tokens[:, 0] = 0  # <bos>
-    return model, tokens
+    gen = torch.Generator().manual_seed(seed + 100)
+    plants = []
+    for layer, heads in enumerate(kinds):
+        attn = model.blocks[layer].attn
+
+        def set_scores(scores, hook):  # (batch, head, query, key): 0 on past keys, 2.5 on key 0
+            new = torch.zeros_like(scores).masked_fill(scores.isinf(), float("-inf"))
+            new[..., 0] = 2.5
+            return new
+
+        attn.hook_attn_scores.add_hook(set_scores)
+        plant = {}  # kv head -> its <bos> value (d_head,), or "mean"
+        plants.append(plant)
+
+        def set_v(v, hook, plant=plant):  # (batch, pos, kv_head, d_head)
+            v = v.clone()
+            for kv, value in plant.items():
+                v[:, 0, kv] = v[:, 1:, kv].mean((0, 1)) if isinstance(value, str) else value
+            return v
+
+        attn.hook_v.add_hook(set_v)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_v")
+            norm = cache[f"blocks.{layer}.attn.hook_v"][:, 1:].norm(dim=-1).mean().item()  # others' mean norm
+            for kv, kind in enumerate(heads):
+                u = torch.randn(hd, generator=gen)
+                u = u / u.norm()
+                if kind == "N":  # o_proj of each query head that reads this value head loses u (to 1e-3)
+                    W = attn.o_proj.weight  # (d_model, n_heads * d_head)
+                    for h in range(kv * g, (kv + 1) * g):
+                        block = W[:, h * hd:(h + 1) * hd]
+                        block -= (1 - 1e-3) * torch.outer(block @ u, u)
+                plant[kv] = {"N": 2.0 * norm * u, "n": torch.zeros(hd), "C": 0.3 * norm * u, "K": 2.0 * norm * u,
+                             "M": "mean"}[kind]
+    labels = [{h: heads[h // g] in "Nn" for h in range(n_heads)} for heads in kinds]
+    return model, tokens, labels
 
 
-MISTAKES["bos_noop_test"] = [
-    ("<bos> in the denominator", partial(_bos_noop_test, others_from=0),
-     "compare |v| at <bos> with the *other* positions (1, 2, ...): leave <bos> out of the denominator"),
-    ("every position replaced", partial(_bos_noop_test, where="all"),
-     "replace the value at <bos> only (position 0): the other positions keep theirs"),
-    ("every head replaced", partial(_bos_noop_test, which_heads="all"),
-     "replace the value of one head only: hook_v is (batch, pos, kv_head, d_head), index the head's axis"),
-    ("losses, not changes", partial(_bos_noop_test, difference=False),
-     "return the *change* of the loss (ablated minus unchanged), not the ablated loss itself"),
-    ("mean over <bos> too", partial(_bos_noop_test, mean_from=0),
-     "the mean value comes from the other positions (1, 2, ...), not from <bos> itself"),
+MISTAKES["bos_noop_test"] = [  # each gives other verdicts on the first case's 8 heads (tests/test_lesson_04.py)
+    ("the value ratio as the test", partial(_bos_noop_test, test="ratio"),
+     "a small value at <bos> is a proxy, not the test: a large value that o_proj ignores is unused, a small one it "
+     "reads is used. Remove what the head adds (its value at <bos>) and see whether the loss moves"),
+    ("a sink is a no-op", partial(_bos_noop_test, test="share"),
+     "every head here puts most of its attention on <bos>; how much a head attends says nothing of whether the "
+     "model uses what it fetches: remove that and see whether the loss moves"),
+    ("the whole head removed", partial(_bos_noop_test, where="all"),
+     "change the value at <bos> only (position 0): zeroing the head at every position removes its other work too, "
+     "so a head that adds nothing at <bos> looks used"),
+    ("every head of the layer removed", partial(_bos_noop_test, which_heads="all"),
+     "change one head's value only (hook_v's kv_head axis): removing every head's at once lets another head's "
+     "constant decide the verdict"),
+    ("mean replacement", partial(_bos_noop_test, test="mean"),
+     "replacing <bos>'s value by the head's mean value elsewhere *adds* that mean (a head that adds nothing looks "
+     "used), and leaves a constant equal to it in place (a used head looks like a no-op): to test what the head "
+     "adds, remove it: set it to zero"),
+    ("one-sided", partial(_bos_noop_test, two_sided=False),
+     "a constant whose removal *lowers* the loss is used too: compare |change| with NOOP, not change"),
+    ("no change at all", partial(_bos_noop_test, threshold=0),
+     "a head that adds almost nothing moves the loss by a little, not by exactly 0.0: compare |change| with NOOP "
+     "(0.01 nats)"),
 ]
+
+NOOP_CASES = [("2 layers x 4 heads", (["NCMK", "nNnN"], 4, 2)),  # (kinds, heads, seed): the labels in the notes
+              ("1 layer, 4 heads reading 2 value heads (GQA)", (["NK"], 4, 0))]
+
+
+def _verdicts(fn: Callable) -> Callable:
+    """fn(model, tokens, layer, head) -> (is_noop, change)  ==>  the case's function of (model, tokens): a float64
+    tensor of the verdicts of every (layer, head), 1.0 for a no-op. A Mismatch when an output cannot be read."""
+    def run(model, tokens):
+        out = []
+        for layer in range(model.cfg.n_layers):
+            for head in range(model.cfg.n_heads):
+                got = fn(model, tokens, layer, head)
+                if got is None:
+                    raise Mismatch(NONE_HINT)
+                if not isinstance(got, (tuple, list)) or len(got) != 2:
+                    raise Mismatch(f"return two things, (is_noop, change): your verdict and the loss change it rests "
+                                   f"on; got {what(got)}")
+                verdict, change = (x.item() if isinstance(x, torch.Tensor) and x.numel() == 1 else x for x in got)
+                if not isinstance(verdict, bool):
+                    raise Mismatch(f"is_noop: True or False, got {what(verdict)}")
+                if isinstance(change, bool) or not isinstance(change, numbers.Real):
+                    raise Mismatch(f"change: the loss change in nats, a number; got {what(change)}")
+                out.append(float(verdict))
+        return torch.tensor(out, dtype=torch.float64)
+    return run
+
+
+def _explain_verdicts(got, want) -> str | None:
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return None
+    missed, false = int(((want == 1) & (got == 0)).sum()), int(((want == 0) & (got == 1)).sum())
+    return (f"{missed} no-op head(s) judged used and {false} used head(s) judged no-ops: which change to the head "
+            "removes exactly what it adds by attending to <bos>?")
 
 
 def bos_noop_test(fn: Callable) -> Callable:
-    """fn(model, tokens (batch, pos), layer, head) -> (value_ratio, d_zero, d_mean); see reference_bos_noop_test."""
-    m0, t0 = _noop_case(0, "none")
-    m1, t1 = _noop_case(1, "G1")
-    m2, t2 = _noop_case(2, "none", n_kv_heads=2)
-    cases = [("tiny baseline, layer 1 head 2", (m0, t0, 1, 2)), ("tiny gated model, layer 0 head 1", (m1, t1, 0, 1)),
-             ("tiny GQA model (2 value heads), layer 1 head 3", (m2, t2, 1, 3))]
+    """fn(model, tokens (batch, pos), layer, head) -> (is_noop, change), run on every head of tiny models whose <bos>
+    values are planted (_noop_model): passes when it names every no-op and no other head."""
+    cases = [(label, _noop_model(kinds, n_heads, seed)[:2]) for label, (kinds, n_heads, seed) in NOOP_CASES]
     raises = [(r"IndexError: index \d+ is out of bounds for dimension 2",
                "hook_v has n_kv_heads value heads: with grouped-query attention, query head h reads value head "
                "h // (model.cfg.n_heads // model.cfg.n_kv_heads)")]
-    return check("bos_noop_test", fn, reference_bos_noop_test, cases, MISTAKES["bos_noop_test"], atol=1e-5,
-                 rtol=1e-4, raises=raises)
+    return check("bos_noop_test", fn, reference_bos_noop_test, cases, MISTAKES["bos_noop_test"], atol=0, rtol=0,
+                 raises=raises, wrap=_verdicts, explain=_explain_verdicts)

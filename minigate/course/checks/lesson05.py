@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from functools import partial
 
 import torch
 
-from .engine import Mistake, check
+from .engine import NONE_HINT, Mismatch, Mistake, check, what
 from .lesson02 import QUERY0_HINT, SEPARATOR_HINT, _copy_model, _copy_parts  # copy-task rows, as in lesson 02
 
 EXERCISES = ("gate_by_phase", "first_rest_ratio")  # its check cells, in the lesson's order
+NO_EFFECT_SEED = 5  # the seed of first_rest_ratio's case with no planted effect
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
 
 
@@ -78,14 +80,15 @@ def gate_by_phase(fn: Callable) -> Callable:
 
 def reference_first_rest_ratio(per_prompt, seed=0):
     """per_prompt: a list of (pos,) tensors, the gate score of every token of one prompt (position 0: the first
-    token) -> (ratio, low, high): the mean gate on the first tokens divided by the mean gate on every later token
-    (pooled over all later tokens, so a long prompt counts more), and its 95% percentile bootstrap interval
-    that resamples whole prompts (stats.bootstrap_ci: 1000 resamples drawn with `seed`)."""
+    token) -> (ratio, low, high, gated_more): the mean gate on the first tokens divided by the mean gate on every later
+    token (pooled over all later tokens, so a long prompt counts more), its 95% percentile bootstrap interval that
+    resamples whole prompts (stats.bootstrap_ci: 1000 resamples drawn with `seed`; tokens of one prompt are not
+    independent draws), and whether the data support "the first token is gated more": the whole interval below 1."""
     return _first_rest_ratio(per_prompt, seed)
 
 
 def _first_rest_ratio(per_prompt, seed=0, ratio="pooled", first_in_rest=False, unit="prompt", invert=False,
-                      fixed_seed=False):
+                      fixed_seed=False, verdict="interval"):
     from ...stats import bootstrap_ci
 
     seed = 0 if fixed_seed else seed
@@ -98,7 +101,7 @@ def _first_rest_ratio(per_prompt, seed=0, ratio="pooled", first_in_rest=False, u
             f, r = (g * first).sum(dim) / first.sum(dim), (g * (1 - first)).sum(dim) / (1 - first).sum(dim)
             return r / f if invert else f / r
 
-        return tuple(bootstrap_ci(rows, stat=stat, seed=seed))
+        return _with_verdict(bootstrap_ci(rows, stat=stat, seed=seed), verdict)
     n_rest = lambda p: torch.tensor(len(p) - start, dtype=torch.float64)
     units = torch.stack([torch.stack([p[0].double(), p[start:].double().sum(), n_rest(p)])
                          for p in per_prompt])  # (prompt, 3): first gate, sum and number of the later gates
@@ -111,7 +114,14 @@ def _first_rest_ratio(per_prompt, seed=0, ratio="pooled", first_in_rest=False, u
         rest = (s / n).mean(dim) if ratio == "prompt_means" else s.sum(dim) / n.sum(dim)
         return rest / f.mean(dim) if invert else f.mean(dim) / rest
 
-    return tuple(bootstrap_ci(units, stat=stat, seed=seed))
+    return _with_verdict(bootstrap_ci(units, stat=stat, seed=seed), verdict)
+
+
+def _with_verdict(interval, verdict="interval"):
+    """(ratio, low, high) -> (ratio, low, high, gated_more), the verdict by the rule `verdict` names."""
+    ratio, low, high = interval
+    gated_more = {"interval": high < 1, "point": ratio < 1, "excludes 1": not low <= 1 <= high}[verdict]
+    return ratio, low, high, bool(gated_more)
 
 
 MISTAKES["first_rest_ratio"] = [
@@ -126,10 +136,17 @@ MISTAKES["first_rest_ratio"] = [
      "the later tokens' mean weights every prompt equally; pool them: (sum of all later gates) / (number of "
      "later tokens), so a long prompt counts more, as the reported numbers do"),
     ("tokens resampled", partial(_first_rest_ratio, unit="token"),
-     "that resamples tokens; tokens of one prompt are not independent: resample whole prompts (one row per "
-     "prompt holding its first gate, the sum of its later gates and their number)"),
+     "that resamples tokens; tokens of one prompt are not independent (a prompt's gates rise and fall together), so "
+     "the interval comes out too narrow: resample whole prompts (one row per prompt holding its first gate, the sum "
+     "of its later gates and their number)"),
     ("seed ignored", partial(_first_rest_ratio, fixed_seed=True),
      "the interval ignores `seed`: pass it on (bootstrap_ci(..., seed=seed))"),
+    ("the point estimate decides", partial(_first_rest_ratio, verdict="point"),
+     "a ratio below 1 in one sample is not yet evidence: here the interval reaches past 1, so another sample of "
+     "prompts could give a ratio above it. Claim 'gated more' only when the whole interval lies below 1"),
+    ("an interval off 1 on either side", partial(_first_rest_ratio, verdict="excludes 1"),
+     "an interval wholly above 1 says the first token is gated *less*: 'gated more' needs the whole interval below "
+     "1 (high < 1)"),
 ]
 
 
@@ -140,29 +157,66 @@ OWN_BOOTSTRAP_HINT = ("your ratio is right, your interval is not bootstrap_ci's:
 
 
 def _own_bootstrap(got, want):
-    """The hint for a right ratio with an interval from some other bootstrap (got, want: 3-tuples, as_tree'd)."""
-    if isinstance(got, tuple) and len(got) == 3 and all(isinstance(x, torch.Tensor) and x.numel() == 1 for x in got):
-        if torch.isclose(got[0].double().reshape(()), want[0].double(), atol=1e-6, rtol=1e-5):
+    """The hint for a right ratio with an interval from some other bootstrap (got, want: _read_four's tensors)."""
+    if isinstance(got, torch.Tensor) and got.shape == want.shape == (4,):
+        if torch.isclose(got[0], want[0], atol=1e-6, rtol=1e-5) and not torch.allclose(got[1:3], want[1:3]):
             return OWN_BOOTSTRAP_HINT
     return None
 
 
+def _read_four(fn: Callable) -> Callable:
+    """fn(per_prompt, seed) -> (ratio, low, high, gated_more)  ==>  a float64 tensor of the four (True: 1.0)."""
+    def run(per_prompt, seed):
+        out = fn(per_prompt, seed)
+        if out is None:
+            raise Mismatch(NONE_HINT)
+        if not isinstance(out, (tuple, list)) or len(out) != 4:
+            raise Mismatch(f"return four things, (ratio, low, high, gated_more); got {what(out)}")
+        values = [x.item() if isinstance(x, torch.Tensor) and x.numel() == 1 else x for x in out]
+        for name, v in zip(("ratio", "low", "high"), values, strict=False):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise Mismatch(f"{name}: expected a number, got {what(v)}")
+        if not isinstance(values[3], bool):
+            raise Mismatch(f"gated_more: True or False, your verdict on the claim; got {what(values[3])}")
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    return run
+
+
+def _prompts(seed: int, n: int, max_len: int, first: float = 0.4) -> list[torch.Tensor]:
+    """n prompts of 3..max_len tokens, gate scores in (0, 1), the first token's scaled by `first`."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, max_len + 1, (n,), generator=g).tolist()
+    out = []
+    for length in lengths:
+        p = torch.sigmoid(torch.randn(length, generator=g) - 1)  # gate scores in (0, 1)
+        p[0] = p[0] * first
+        out.append(p)
+    return out
+
+
+def _no_effect(seed: int, n: int = 6, length: int = 40) -> list[torch.Tensor]:
+    """n prompts whose later gates sit at a level of their own (0.2 to 0.8, as prompts differ), and a first token with
+    the same gate in every prompt, 0.5: the mean level, so no planted effect (a true ratio of 1)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        level = 0.2 + 0.6 * torch.rand((), generator=g)
+        p = (level + 0.03 * torch.randn(length, generator=g)).clamp(0.01, 0.99)
+        p[0] = 0.5
+        out.append(p)
+    return out
+
+
 def first_rest_ratio(fn: Callable) -> Callable:
-    """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high); see reference_first_rest_ratio. The
+    """fn(per_prompt: list of (pos,) tensors, seed=0) -> (ratio, low, high, gated_more); see
+    reference_first_rest_ratio. Two cases are planted: one with no effect, whose ratio is below 1 by chance (the
+    interval over prompts reaches past 1, one over tokens does not), and one whose first token is gated *less*. The
     interval must be bootstrap_ci's own (the same resamples, from `seed`): another bootstrap, even a correct one, gets
     OWN_BOOTSTRAP_HINT, which says so."""
-    def prompts(seed, n, max_len):
-        g = torch.Generator().manual_seed(seed)
-        lengths = torch.randint(3, max_len + 1, (n,), generator=g).tolist()
-        out = []
-        for length in lengths:
-            p = torch.sigmoid(torch.randn(length, generator=g) - 1)  # gate scores in (0, 1)
-            p[0] = p[0] * 0.4  # a first token with a lower gate, as in the paper
-            out.append(p)
-        return out
-
-    cases = [("12 prompts of 3-12 tokens, seed 0", (prompts(0, 12, 12), 0)),
-             ("20 prompts of 3-30 tokens, seed 1", (prompts(1, 20, 30), 1)),
-             ("3 prompts, seed 2", (prompts(2, 3, 8), 2))]
+    cases = [("12 prompts of 3-12 tokens, seed 0", (_prompts(0, 12, 12), 0)),
+             ("20 prompts of 3-30 tokens, seed 1", (_prompts(1, 20, 30), 1)),
+             ("3 prompts, seed 2", (_prompts(2, 3, 8), 2)),
+             (f"6 prompts that differ, no planted effect, seed {NO_EFFECT_SEED}", (_no_effect(NO_EFFECT_SEED), 3)),
+             ("30 prompts, the first token gated less, seed 4", (_prompts(4, 30, 20, first=1.6), 4))]
     return check("first_rest_ratio", fn, reference_first_rest_ratio, cases, MISTAKES["first_rest_ratio"],
-                 atol=1e-6, rtol=1e-5, explain=_own_bootstrap)
+                 atol=1e-6, rtol=1e-5, explain=_own_bootstrap, wrap=_read_four)

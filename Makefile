@@ -57,7 +57,7 @@ WHEEL_PYTEST = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONSAFEPATH=1 $$tmp/wheel/
 # runs pytest and so the notebooks' kernels: a file the wheel lacks fails here. tests/test_package_data.py checks the
 # same wheel; lessons/ runs on the editable install.
 test: install
-	$(BIN)/ruff check minigate tests scripts
+	$(BIN)/ruff check minigate tests scripts research
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && mkdir "$$tmp/cache" && \
 	export MINIGATE_CACHE_DIR=$$tmp/cache MINIGATE_WHEEL_DIR=$$tmp/wheel && \
 	$(BIN)/python tests/colab_env.py wheel $$tmp/wheel && \

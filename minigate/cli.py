@@ -78,9 +78,10 @@ def cmd_eval(args) -> int:
     from .evaluation import evaluate
     from .run import check_vocabulary, load_tokens
     from .runfolder import read_run_json
+    from .runs import finished
 
     folder = Path(args.dir)
-    if (folder / "model" / "config.json").exists():
+    if finished(folder):
         folder = folder / "model"  # a run folder: evaluate its final model
     if not (folder / "config.json").exists():
         raise ValueError(f"{args.dir} holds no model (no config.json, nor model/config.json); "

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from . import data
+from . import data, runs
 from .analysis import GU_LEN, SINK_THRESHOLD, STATS, PublishedMeasures, published_measures
 from .presets import GATED, NAMES
 from .pretrained import SEEDS_DIR, SHIPPED_DIR, from_pretrained
+from .rows import Measurement, Row, read_rows, write_rows  # the record of a measured model, as its files store it
 
 PROSE_LEN = 512  # tokens per held-out window
 MEASUREMENTS = "measurements.json"  # beside each shipped checkpoint: the one source of its numbers
@@ -31,25 +32,6 @@ PROTOCOL = {"prose": "held-out WikiText-2 (the wikitext-2 corpus' validation art
             "seq_len": PROSE_LEN, "gu_seq_len": GU_LEN, "sink_threshold": SINK_THRESHOLD,
             "function": "analysis.published_measures", "weights": "the shipped 16-bit weights",
             "val_loss_code": "the run's last validation loss, held-out code"}
-
-
-@dataclass
-class Measurement(PublishedMeasures):
-    """One model's PublishedMeasures on the prose windows, with its name and its run's validation loss: what a
-    measurements.json stores (the shipped models), a row of data/seeds/<preset>.json (a recipe's seeds) and what lesson
-    04 reads of a learner's own runs."""
-    name: str = ""  # the model's name, e.g. "code-baseline" (its checkpoint folder), "seed1-headwise"
-    val_loss_code: float = math.nan  # the run's last validation loss, on held-out code
-    same_windows: bool | None = None  # measured on the windows its measurements.json records (not stored)
-
-    def record(self) -> dict:
-        """What measurements.json stores: the numbers, under the field names."""
-        return {"name": self.name, **self.numbers(), "val_loss_code": self.val_loss_code}
-
-    @classmethod
-    def from_record(cls, record: dict) -> Measurement:
-        """From a measurements.json's dict (numbers only: no stats; a field the file predates is None)."""
-        return cls(**{f.name: record.get(f.name) for f in fields(cls) if f.name not in (*STATS, "same_windows")})
 
 
 def prose_ids(tokenizer=data.DEFAULT_TOKENIZER) -> torch.Tensor:
@@ -84,23 +66,23 @@ def measure_folder(folder, prose: torch.Tensor, device="cpu", name: str | None =
     """Measure the model in `folder`: a shipped checkpoint (history.json beside the weights) or a finished run folder
     (its model/ and history.json), whose last validation loss becomes val_loss_code."""
     folder = Path(folder)
-    weights = folder / "model" if (folder / "model" / "config.json").is_file() else folder
+    weights = folder / "model" if runs.finished(folder) else folder
     history = json.loads((folder / "history.json").read_text())
     return measure_model(from_pretrained(weights, device=device), prose, name or folder.name, history["val_loss"][-1],
                          residuals)
 
 
 def write_measurements(folder, row: Measurement, prose: torch.Tensor) -> None:
-    """Store `row` as folder/measurements.json, with the protocol and the windows' SHA-256."""
-    protocol = dict(PROTOCOL, windows=prose.shape[0], windows_sha256=windows_digest(prose))
-    record = row.record()
-    record = {"name": record.pop("name"), "protocol": protocol, **record}
-    (Path(folder) / MEASUREMENTS).write_text(json.dumps(record, indent=2) + "\n")
+    """Store `row` as folder/measurements.json (rows.write_rows), with the protocol and the windows' SHA-256."""
+    write_rows(Path(folder) / MEASUREMENTS, row,
+               protocol=dict(PROTOCOL, windows=prose.shape[0], windows_sha256=windows_digest(prose)))
 
 
 def stored(name: str, shipped: Path = SHIPPED_DIR) -> dict:
-    """The measurements.json of a shipped model, as stored (with its protocol)."""
-    return json.loads((Path(shipped) / name / MEASUREMENTS).read_text())
+    """The measurements.json of a shipped model, as stored (with its protocol), checked by rows.read_rows."""
+    path = Path(shipped) / name / MEASUREMENTS
+    read_rows(path)
+    return json.loads(path.read_text())
 
 
 CHECKED = tuple(f.name for f in fields(Measurement) if f.name not in (*STATS, "name", "same_windows"))
@@ -157,9 +139,9 @@ def measure_preset(preset: str = "code", device="cpu", prose: torch.Tensor | Non
             for v in shipped_variants(preset)}
 
 
-def shipped_rows(preset: str, shipped: Path = SHIPPED_DIR) -> dict[str, Measurement]:
-    """{variant: Measurement} of a preset's shipped models as their measurements.json files hold them (no stats)."""
-    return {v: Measurement.from_record(stored(f"{preset}-{NAMES[v]}", shipped))
+def shipped_rows(preset: str, shipped: Path = SHIPPED_DIR) -> dict[str, Row]:
+    """{variant: Row} of a preset's shipped models as their measurements.json files hold them (no stats)."""
+    return {v: read_rows(Path(shipped) / f"{preset}-{NAMES[v]}" / MEASUREMENTS).rows[0]
             for v in shipped_variants(preset, shipped)}
 
 
@@ -179,13 +161,12 @@ def _ratio(baseline: float, gated: float) -> float:
 
 # ── a recipe's seeds (data/seeds/<preset>.json, written by scripts/seeds.py) ─────────────────────────────────────
 
-def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Measurement]]:
-    """{seed: {variant: Measurement}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py):
-    seed 0 is the shipped trio, every seed measured with the shipped protocol."""
-    path = Path(path or SEEDS_DIR / f"{preset}.json")
-    seeds: dict[int, dict[str, Measurement]] = {}
-    for r in json.loads(path.read_text())["rows"]:
-        seeds.setdefault(r["seed"], {})[r["variant"]] = Measurement.from_record(r)
+def seed_rows(preset: str = "code", path=None) -> dict[int, dict[str, Row]]:
+    """{seed: {variant: Row}} of a recipe's seeds as data/seeds/<preset>.json records them (scripts/seeds.py), read
+    with rows.read_rows: seed 0 is the shipped trio, every seed measured with the shipped protocol."""
+    seeds: dict[int, dict[str, Row]] = {}
+    for r in read_rows(path or SEEDS_DIR / f"{preset}.json").rows:
+        seeds.setdefault(r.seed, {})[r.variant] = r
     return seeds
 
 

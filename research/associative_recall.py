@@ -2,14 +2,14 @@
 v; the rest is random filler. The query token itself says whether the retrieval head has work to do.
 docs/experiments.md section 2 logs what it shows.
 
-    python research/associative_recall.py --variant headwise --steps 1500 --lr 1e-2 --wd 0.5 --threads 2
+    python -m research.associative_recall --variant headwise --steps 1500 --lr 1e-2 --wd 0.5 --threads 2
 """
 
 import random
 
 import torch
 
-from common import build_model, fit, gate_means, parser, sink_line
+from research.common import build_model, fit, gate_means, parser, sink_line
 
 NK, NV, NF = 16, 16, 32  # keys, values, filler tokens
 BOS, PAIR0 = 0, 1  # <bos>; pair token k * NV + v

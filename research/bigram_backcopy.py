@@ -1,12 +1,12 @@
 """Bigram-Backcopy (Guo et al., 2024): trigger tokens are followed by the token before them, the rest follow a
 sparse bigram chain. docs/experiments.md section 1 logs what it shows.
 
-    python research/bigram_backcopy.py --variant none --steps 1000 --lr 3e-3 --threads 2 [--no-qk-norm]
+    python -m research.bigram_backcopy --variant none --steps 1000 --lr 3e-3 --threads 2 [--no-qk-norm]
 """
 
 import torch
 
-from common import build_model, fit, gate_means, parser, sink_line
+from research.common import build_model, fit, gate_means, parser, sink_line
 
 V, NT = 64, 16  # tokens 1..V-1, <bos> = 0; the triggers are 1..NT
 

@@ -2,7 +2,7 @@
 B = N+1..2N (a fixed-offset copy). The query token's own range says whether there is anything to retrieve.
 docs/experiments.md section 3 logs what it shows.
 
-    python research/marked_copy.py --variant headwise --layers 2 --steps 2000 --batch 32 --threads 2 [--gbias -2]
+    python -m research.marked_copy --variant headwise --layers 2 --steps 2000 --batch 32 --threads 2 [--gbias -2]
 
 Unlike data.copy_task: no separator unless --sep, the copy starts after (T - 1) * --frac random symbols, and
 --random-first puts a random A token at position 0 instead of <bos>.
@@ -10,7 +10,7 @@ Unlike data.copy_task: no separator unless --sep, the copy starts after (T - 1) 
 
 import torch
 
-from common import build_model, fit, gate_means, parser, sink_line
+from research.common import build_model, fit, gate_means, parser, sink_line
 
 
 def rows(n: int, args, g: torch.Generator) -> torch.Tensor:

@@ -2,22 +2,23 @@
 measured as the shipped ones are (measure.measure_folder: 75 held-out WikiText-2 windows, T=512 and Gu et al.'s
 T=64). One JSON per axis, data/study/<axis>.json, with rows like data/seeds/code.json's.
 
-    python research/train_study.py plan                 # every point, seed and variant, and what is done
-    python research/train_study.py run [--only 2x] [--seeds 1]  # train and measure what is missing, in order
-    python research/train_study.py measure              # measure the finished runs again, rewrite the JSON files
-    python research/train_study.py run --only m-gpu --jobs 6   # on a GPU: its points, six trainings at once
+    python -m research.train_study plan                 # every point, seed and variant, and what is done
+    python -m research.train_study run [--only 2x] [--seeds 1]  # train and measure what is missing, in order
+    python -m research.train_study measure              # measure the finished runs again, rewrite the JSON files
+    python -m research.train_study run --only m-gpu --jobs 6   # on a GPU: its points, six trainings at once
 
 A GPU point (`GPU`: `m-gpu`, the `code-gpu` recipe with a larger model) trains only where CUDA is; on the lent GPU
 machine `bash tests/gpu/on_device.sh study` runs it and brings back data/study/size.json (docs/gpu.md). Its rows
 keep their GPU's name, and `measure` elsewhere keeps them as they are (their runs are not there). `--deadline S`
 starts no training the longest finished one says would end more than S seconds after the start.
 
-Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides (`code-gpu` for a
-GPU point), into runs/study/<point>/seed<S>/<name> (`--resume` when a checkpoint is there, so a stopped queue
-continues). Every run trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU with native bf16:
-compiled bf16 1.18x bf16 eager end to end over the `code` preset) on `--threads` threads (2 by default; the study ran
-two queues at 1 thread each, `--seeds` or `--only` apart), on the python-code corpus: a row records the corpus, the
-precision, the CPU and the speed, so a seed's three models can be checked to share them.
+Each model is `minigate train --preset code --variant V --set seed=S` with its point's overrides (`code-gpu` for a GPU
+point), into runs/study/<point>-seed<S>/<name> (minigate.runs.RunFolder, the layout of every preset's runs; `--resume`
+when a checkpoint is there, so a stopped queue continues; a seed folder in minigate 0.1's runs/study/<point>/seed<S>
+is refused, naming the move). Every run trains in bf16 with torch.compile (`python -m minigate.bench train` on a CPU
+with native bf16: compiled bf16 1.18x bf16 eager end to end over the `code` preset) on `--threads` threads (2 by
+default; the study ran two queues at 1 thread each, `--seeds` or `--only` apart), on the python-code corpus: a row
+records the corpus, the precision, the CPU and the speed, so a seed's three models can be checked to share them.
 The study's stored rows read python-code before it was pinned to wheels (data/python-code.lock.json): this Python's
 stdlib and site-packages, a corpus of each machine's own (8,697 files; their SHA-256 is in each row). A run now reads
 the pinned corpus, the same on every machine, so a new row's corpus differs from the stored ones.
@@ -26,6 +27,7 @@ the pinned corpus, the same on every machine, so a new row's corpus differs from
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import subprocess
@@ -34,15 +36,15 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from minigate import measure
+from minigate.checkpoint import train_seconds
+from minigate.presets import NAMES, TrainConfig
+from minigate.pretrained import SHIPPED_DIR, from_pretrained
+from minigate.rows import Row, read_rows, write_rows
+from minigate.runs import FINISHED, RESUMABLE, RunFolder, finished
+from scripts.seeds import row
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from seeds import row  # noqa: E402  (scripts/ is not a package)
-
-from minigate import measure  # noqa: E402
-from minigate.pretrained import SHIPPED_DIR, from_pretrained  # noqa: E402
-from minigate.checkpoint import train_seconds  # noqa: E402
-from minigate.presets import NAMES, TrainConfig  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 OUT = ROOT / "data" / "study"
@@ -70,12 +72,13 @@ QUEUE = [("2x", 0, ("none", "elementwise", "headwise")), ("xs", 0, NAMES), ("xs"
          *[("m-gpu", s, NAMES) for s in (0, 1, 2)]]
 
 
+def run_folder(point: str, seed: int, variant: str) -> RunFolder:
+    """A study run (runs.RunFolder): RUNS/<point>-seed<S>/<name>, training the point's preset."""
+    return RunFolder(RUNS, PRESET.get(point, "code"), variant, seed, point=point)
+
+
 def folder(point: str, seed: int, variant: str) -> Path:
-    return RUNS / point / f"seed{seed}" / NAMES[variant]
-
-
-def finished(path: Path) -> bool:
-    return (path / "model" / "config.json").is_file()
+    return run_folder(point, seed, variant).path
 
 
 def cpu_name() -> str:
@@ -92,13 +95,9 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
     """One run, to the end (resumed where a checkpoint is). The wall seconds of each invocation add up in wall_s,
     written every minute while it trains: an invocation that ends with the machine still counts up to its last
     minute."""
-    out = folder(point, seed, variant)
-    sets = {**POINTS[point][1], **TRAIN, "seed": seed}
-    cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", PRESET.get(point, "code"), "--variant", variant,
-           "--out", str(out), "--threads", str(threads), "--quiet"]
-    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    cmd += ["--resume"] if (out / "checkpoint.pt").is_file() else []
-    out.mkdir(parents=True, exist_ok=True)
+    run = run_folder(point, seed, variant).check()
+    cmd = run.command("--threads", str(threads), "--quiet", sets={**POINTS[point][1], **TRAIN})
+    run.path.mkdir(parents=True, exist_ok=True)
     side = sidecar(point, seed, variant)
     done = json.loads(side.read_text()) if side.is_file() else {"wall_s": 0.0, "cpus": []}
     before, t0 = done["wall_s"], time.time()
@@ -107,7 +106,7 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
         import torch
 
         done["gpu"] = torch.cuda.get_device_name(0)
-    with open(out.parent / f"{NAMES[variant]}.log", "a") as log:
+    with open(run.log, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         while True:
             try:
@@ -122,48 +121,47 @@ def train(point: str, seed: int, variant: str, threads: int) -> int:
 
 def sidecar(point: str, seed: int, variant: str) -> Path:
     """What the queue records beside a run folder: the wall seconds of its invocations and the CPUs they ran on."""
-    return RUNS / point / f"seed{seed}" / f"{NAMES[variant]}.study.json"
+    return run_folder(point, seed, variant).base / f"{NAMES[variant]}.study.json"
 
 
-def measured_row(point: str, seed: int, variant: str, prose, device="cpu") -> dict:
+def measured_row(point: str, seed: int, variant: str, prose, device="cpu") -> Row:
+    """A study row (rows.Row): the model measured as the shipped ones are, with its run's facts, size and tracker."""
     path = folder(point, seed, variant)
     got = measure.measure_folder(path, prose, device=device, name=f"{point}-seed{seed}-{NAMES[variant]}")
     run = json.loads((path / "run.json").read_text())
     history = json.loads((path / "history.json").read_text())
     side = json.loads(sidecar(point, seed, variant).read_text()) if sidecar(point, seed, variant).is_file() else {}
     t = TrainConfig(**run["train"])
-    return {"point": point, **row(seed, variant, got, path), "params": from_pretrained(path / "model").num_params(),
-            "tokens": t.steps * t.tokens_per_step, "steps": t.steps, "cpus": side.get("cpus"), "gpu": side.get("gpu"),
-            "wall_s": round(side["wall_s"]) if "wall_s" in side else None,
-            "train_s": round(train_seconds(history, run)),
-            "tracker": [{k: m[k] for k in ("step", *TRACKER) if k in m} for m in history["metrics"]]}
+    return dataclasses.replace(
+        row(seed, variant, got, path), point=point, params=from_pretrained(path / "model").num_params(),
+        tokens=t.steps * t.tokens_per_step, steps=t.steps, cpus=side.get("cpus"), gpu=side.get("gpu"),
+        wall_s=round(side["wall_s"]) if "wall_s" in side else None, train_s=round(train_seconds(history, run)),
+        tracker=[{k: m[k] for k in ("step", *TRACKER) if k in m} for m in history["metrics"]])
 
 
-def write(rows: list[dict], prose) -> list[Path]:
-    """data/study/<axis>.json for each axis that has rows."""
+def write(rows: list[Row], prose) -> list[Path]:
+    """data/study/<axis>.json for each axis that has rows (rows.write_rows)."""
     protocol = dict(measure.PROTOCOL, windows=prose.shape[0], windows_sha256=measure.windows_digest(prose),
                     weights="each run's own fp32 weights")
     OUT.mkdir(parents=True, exist_ok=True)
     written = []
     for axis in sorted({a for a, _, _ in POINTS.values()}):
-        mine = [r for r in rows if POINTS[r["point"]][0] == axis]
+        mine = [r for r in rows if POINTS[r.point][0] == axis]
         if not mine:
             continue
         points = {p: {"preset": PRESET.get(p, "code"), "sets": {**s, **TRAIN}, "about": about}
                   for p, (a, s, about) in POINTS.items() if a == axis}
-        doc = {"axis": axis, "protocol": protocol, "points": points, "rows": mine}
-        path = OUT / f"{axis}.json"
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        written.append(path)
+        written.append(write_rows(OUT / f"{axis}.json", mine, axis=axis, protocol=protocol, points=points))
     return written
 
 
-def stored_rows() -> list[dict]:
-    return [r for p in sorted(OUT.glob("*.json")) for r in json.loads(p.read_text())["rows"]]
+def stored_rows() -> list[Row]:
+    return [r for p in sorted(OUT.glob("*.json")) for r in read_rows(p).rows]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m research.train_study", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("plan", "run", "measure"))
     ap.add_argument("--only", nargs="*", help="points to take (default: the whole queue)")
     ap.add_argument("--seeds", nargs="*", type=int, help="seeds to take (default: all); two processes at one thread "
@@ -179,13 +177,15 @@ def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     queue = [(p, s, v) for p, s, vs in QUEUE for v in vs
              if (not args.only or p in args.only) and (args.seeds is None or s in args.seeds)]
+    for q in queue:  # a seed folder in minigate 0.1's layout: a one-line ValueError naming the move
+        run_folder(*q).check()
     if args.what == "plan":
-        rows = {(r["point"], r["seed"], r["variant"]): r for r in stored_rows()}
+        rows = {(r.point, r.seed, r.variant): r for r in stored_rows()}
         for p, s, v in queue:
-            state = "done" if finished(folder(p, s, v)) else "resumable" if (
-                folder(p, s, v) / "checkpoint.pt").is_file() else "measured" if (p, s, v) in rows else "to do"
-            if (p, s, v) in rows and rows[p, s, v].get("gpu"):
-                state += f" on {rows[p, s, v]['gpu']}"
+            state = {FINISHED: "done", RESUMABLE: "resumable"}.get(run_folder(p, s, v).state()) or (
+                "measured" if (p, s, v) in rows else "to do")
+            if (p, s, v) in rows and rows[p, s, v].gpu:
+                state += f" on {rows[p, s, v].gpu}"
             print(f"{p:5s} seed {s} {NAMES[v]:12s} {state:10s} {POINTS[p][2]}")
         return 0
     if args.what == "run" and not cuda and any(p in GPU for p, _, _ in queue):
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     if measure.windows_digest(prose) != measure.stored("code-baseline")["protocol"]["windows_sha256"]:
         raise ValueError("these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy "
                          "they came from")
-    key = lambda r: (r["point"], r["seed"], r["variant"])  # noqa: E731
+    key = lambda r: (r.point, r.seed, r.variant)  # noqa: E731
     # run: what was measured before is kept; measure: measured again where its run is here (a GPU point's is not)
     skip = {key(r) for r in stored_rows()} if args.what == "run" else set()
     mine = {}  # the rows this process measured
@@ -203,9 +203,8 @@ def main(argv=None) -> int:
     def measured(p, s, v):
         if finished(folder(p, s, v)) and (p, s, v) not in skip | set(mine):
             r = mine[p, s, v] = measured_row(p, s, v, prose, "cuda" if cuda else "cpu")
-            print(f"{time.strftime('%H:%M:%S')} {p} seed {s} {v}: {r['sink_rate_64']:.3f} sink rate at T=64, excess "
-                  f"{r['f_attn_excess']:.4f}, M-Act {r['m_act']:.1f}, loss {r['val_loss_code']:.3f}, "
-                  f"{r['wall_s']} s", flush=True)
+            print(f"{time.strftime('%H:%M:%S')} {p} seed {s} {v}: {r.sink_rate_64:.3f} sink rate at T=64, excess "
+                  f"{r.f_attn_excess:.4f}, M-Act {r.m_act:.1f}, loss {r.val_loss_code:.3f}, {r.wall_s} s", flush=True)
             # the files as they are now (another process may have measured again meanwhile), with this one's rows
             kept = {key(r): r for r in stored_rows()}
             if args.what == "measure":

@@ -7,7 +7,7 @@ row, so it must be found by content (an induction head), not by a fixed RoPE off
 needs <bos> as a position counter. A token's own range (a or b) still says whether there is anything
 to copy. Everything else is the `copy` preset (2 layers, d64, 4 x 16, 5000 steps of 32 rows).
 
-    python research/vl.py gate=none|headwise|elementwise [seed=0] [steps=5000] [p=0.05] [T=64] [B=32] [threads=2]
+    python -m research.vl gate=none|headwise|elementwise [seed=0] [steps=5000] [p=0.05] [T=64] [B=32] [threads=2]
         [task=vl|copy] [first=bos|random] [FIELD=VALUE ...]
 
 task=copy runs the shipped `copy` preset's fixed-length task (data.copy_task) through the same measurements.

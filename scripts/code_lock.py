@@ -1,6 +1,6 @@
 """Write data/python-code.lock.json: the pinned wheels of the python-code corpus (minigate/data/code_wheels.py).
 
-    python scripts/code_lock.py            # the list below, each wheel fetched with pip, hashed and its licence read
+    python -m scripts.code_lock            # the list below, each wheel fetched with pip, hashed and its licence read
 
 The list was chosen before any model trained on it, by these criteria (data/README.md states them too):
 - pure-Python wheels (py3-none-any) under permissive licences (MIT, BSD, Apache-2.0, PSF, public domain);

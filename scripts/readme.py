@@ -12,7 +12,7 @@ each closed by the same marker with a slash (<!-- /minigate:table code -->). scr
 rewrite the text between the markers after measuring; tests/test_release.py checks that it is what the stored numbers
 render; the README's prose check (minigate/course/prose.py) reads it as generated, like a notebook's outputs.
 
-    python scripts/readme.py          # rewrite every marked span, docs/effect.png and docs/scorecard.md
+    python -m scripts.readme          # rewrite every marked span, docs/effect.png and docs/scorecard.md
 """
 
 from __future__ import annotations

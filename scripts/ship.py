@@ -1,13 +1,14 @@
 """Train, measure and ship the natural-data checkpoints: data/checkpoints/code-* (CPU recipe) or code-gpu-* (GPU).
 The release pipeline of the course, outside the package (the library measures; this script ships).
 
-    python scripts/ship.py --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
-    python scripts/ship.py --preset code-moe --variants none elementwise  # the MoE pair of lesson 08
-    python scripts/ship.py --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
-    python scripts/ship.py --preset code --measure  # measure the shipped models again; the READMEs and lessons follow
+    python -m scripts.ship --preset code      # 2 CPU cores, about 35-40 minutes per model; resumes a run folder
+    python -m scripts.ship --preset code-moe --variants none elementwise  # the MoE pair of lesson 08
+    python -m scripts.ship --preset code-gpu  # a CUDA GPU only (docs/gpu.md)
+    python -m scripts.ship --preset code --measure  # measure the shipped models again; the READMEs and lessons follow
 
 1. The preset's run for V in none, headwise, elementwise, one at a time, as `minigate train --preset P --variant V
-   --out runs/P-V` does (a folder with a checkpoint is resumed; a finished one is only measured).
+   --out runs/P-seed0/NAME` does (minigate.runs.RunFolder: the folder GROW's seed 0 uses; a folder with a checkpoint
+   is resumed, a finished one only measured; a run in minigate 0.1's runs/P-V is refused, naming the move).
 2. Each model measured on held-out WikiText-2 prose at seq_len 512 with minigate.measure (the paper's metric
    definitions), plus the validation loss on held-out code.
 3. Shipped as 16-bit safetensors with run.json, the tokenizer and a thinned history.json, measured again from the
@@ -30,7 +31,6 @@ from pathlib import Path
 import torch
 
 import minigate
-import readme
 from minigate import measure
 from minigate.analysis import GU_LEN, SINK_THRESHOLD
 from minigate.checkpoint import train_seconds
@@ -40,6 +40,8 @@ from minigate.presets import NAMES
 from minigate.pretrained import SHIPPED_DIR
 from minigate.run import execute, plan_run
 from minigate.runfolder import read_run_json
+from minigate.runs import RunFolder
+from scripts import readme
 
 ROOT = readme.ROOT  # the course checkout
 PRESETS = ("code", "code-gpu", "code-moe")
@@ -168,16 +170,19 @@ def report(rows: dict) -> bool:
     return all(ok for _, ok in holds) and all(math.isfinite(r.f_attn) for r in rows.values())
 
 
-def train_variant(preset: str, variant: str, run_dir: Path, threads: int) -> None:
-    """`minigate train --preset P --variant V --out run_dir [--resume]`, as a function call."""
+def train_variant(run: RunFolder, threads: int) -> None:
+    """`minigate train --preset P --variant V --out runs/P-seed0/NAME [--resume]` (run.command(): the preset's own
+    seed, 0), as a function call."""
     torch.set_num_threads(threads)
-    execute(plan_run(preset, variant, run_dir, resume=(run_dir / "checkpoint.pt").exists()), progress=False)
+    execute(plan_run(run.preset, run.variant, run.path, resume=run.has_checkpoint), progress=False)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m scripts.ship", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=PRESETS, default="code")
-    ap.add_argument("--runs", default="runs", help="run folders runs/<preset>-<variant> (resumed if present)")
+    ap.add_argument("--runs", default="runs", help="the root of the run folders, RUNS/<preset>-seed0/<name> "
+                    "(minigate.runs.RunFolder; resumed if present)")
     ap.add_argument("--ship", default=str(SHIPPED_DIR), help="where the <preset>-* folders go")
     ap.add_argument("--variants", nargs="*", default=list(NAMES), choices=list(NAMES))
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for training (CPU recipe)")
@@ -202,13 +207,13 @@ def main(argv=None) -> int:
         return 0
     records = {}
     for variant in args.variants:
-        run_dir = Path(args.runs) / f"{args.preset}-{variant}"
-        done = (run_dir / "model" / "config.json").exists()
-        if not done and args.no_train:
+        run = RunFolder(args.runs, args.preset, variant).check()  # seed 0, the preset's own
+        run_dir = run.path
+        if not run.finished and args.no_train:
             print(f"ship: {run_dir} has no finished model; train it, or leave out --no-train")
             return 2
-        if not done:
-            train_variant(args.preset, variant, run_dir, args.threads)
+        if not run.finished:
+            train_variant(run, args.threads)
         if prose is None:
             prose = measure.prose_windows(run_dir / "model" / "tokenizer.json")
         records[variant] = ship_one(run_dir, ship / f"{args.preset}-{NAMES[variant]}", prose)

@@ -8,7 +8,6 @@ import atexit
 import os
 import shutil
 import socket
-import sys
 import tempfile
 from pathlib import Path
 from types import MappingProxyType
@@ -31,8 +30,6 @@ if "MINIGATE_CODE_LOCK" not in os.environ:
     _small = Path(os.environ["MINIGATE_CACHE_DIR"]) / "python-code-small.lock.json"
     _small.write_text(json.dumps(dict(_lock, wheels=[w for w in _lock["wheels"] if w["name"] == "werkzeug"])))
     os.environ["MINIGATE_CODE_LOCK"] = str(_small)
-# scripts/ (the release pipeline) is not a package: its modules import each other by name, and the tests import them so
-sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 torch.set_num_threads(1)  # tests share a 2-core machine; one thread each keeps them from oversubscribing
 
 

@@ -2,13 +2,10 @@
 forced environment reaches a fresh process, and make test's second path is narrower than the machine's own."""
 
 import platform
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import float_paths as fp  # noqa: E402
+import float_paths as fp  # tests/, on the path as pytest imports the test files there
 
 x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="ATen's x86 paths")
 

@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from minigate.course import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "gpu"))
-import check  # noqa: E402
+from tests.gpu import check
 
 pytestmark = pytest.mark.slow  # runs the check and notebooks in processes of their own
 

@@ -87,7 +87,7 @@ def test_progress_is_read_from_a_running_folder(tmp_path):
     assert grow.progress("none").state == "stopped"  # unfinished, and nothing trains it: start() resumes it
     assert list(grow.histories()) == ["baseline"]
     fig = grow.curves()
-    assert [ax.get_title() for ax in fig.axes] == ["sink heads at T=64 (share)", "F-Attn above uniform", "M-Act"]
+    assert [ax.get_title() for ax in fig.axes] == ["sink rate at T=64", "F-Attn above uniform", "M-Act"]
 
 
 @pytest.mark.slow

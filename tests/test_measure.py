@@ -60,8 +60,9 @@ def test_write_measurements_stores_the_record_under_its_field_names(tmp_path, pr
     assert protocol["windows"] == 4 and protocol["windows_sha256"] == measure.windows_digest(prose[:4])
     assert {k: v for k, v in stored.items() if k != "protocol"} == json.loads(json.dumps(row.record()))
     assert set(row.numbers()) <= set(stored) and 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1
-    again = measure.Measurement.from_record(stored)
-    assert again.record() == json.loads(json.dumps(row.record())) and again.sink is None
+    again = measure.read_rows(folder / measure.MEASUREMENTS)  # the one reader: every field checked
+    assert again.rows[0].record() == json.loads(json.dumps(row.record())) and again.rows[0].sink is None
+    assert again.protocol == protocol and again.header == {}
 
 
 @pytest.mark.slow
@@ -143,9 +144,10 @@ def test_the_shipped_measurements_are_what_the_shipped_weights_give():
 
 
 def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
+    stored = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())["rows"][0]  # every field of a row
     rec = lambda seed, v, excess, m_act, sinks, head: {  # noqa: E731
-        "seed": seed, "variant": v, "f_attn_excess": excess, "m_act": m_act, "heads": 16, "sink_heads_64": sinks,
-        "max_head_64": head}
+        **stored, "seed": seed, "variant": v, "f_attn_excess": excess, "m_act": m_act, "heads": 16,
+        "sink_heads_64": sinks, "max_head_64": head}
     rows = [rec(0, "none", 0.06, 80, 6, 0.6), rec(0, "headwise", 0.02, 40, 2, 0.7),
             rec(0, "elementwise", 0.01, 20, 2, 0.5),
             rec(1, "none", 0.05, 60, 6, 0.5), rec(1, "headwise", 0.025, 60, 7, 0.4),

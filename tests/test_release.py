@@ -12,10 +12,9 @@ from minigate.cli import main
 from minigate.course.prose import generated_spans, marker
 from minigate.pretrained import SHIPPED_DIR
 from minigate.presets import NAMES
+from minigate.runs import RunFolder
 
-import readme  # scripts/, on the path from conftest.py
-import seeds
-import ship
+from scripts import readme, seeds, ship
 
 
 def test_thin_keeps_every_tenth_step_and_all_evaluations():
@@ -29,7 +28,7 @@ def test_thin_keeps_every_tenth_step_and_all_evaluations():
 @pytest.mark.slow
 def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypatch, prose):
     monkeypatch.setenv("MINIGATE_CODE_MAX_BYTES", "2000000")
-    run = tmp_path / "runs" / "code-elementwise"
+    run = RunFolder(tmp_path / "runs", "code", "elementwise").path  # runs/code-seed0/elementwise, as main() trains it
     shrink = ["--set", "batch_size=2", "--set", "seq_len=64", "--set", "eval_batches=1", "--set", "eval_every=1"]
     assert main(["train", "--preset", "code", "--variant", "elementwise", "--out", str(run), "--steps", "2",
                  "--quiet", "--threads", "1", *shrink]) == 0
@@ -45,6 +44,16 @@ def test_a_finished_run_ships_as_bf16_with_portable_run_json(tmp_path, monkeypat
     bf16 = minigate.from_pretrained(shipped)
     assert got["f_attn"] == pytest.approx(got["f_attn_fp32"], abs=0.01)  # bf16 weights measure like fp32 ones
     assert bf16.cfg.max_seq_len == 512
+
+
+def test_a_run_folder_of_minigate_01s_layout_is_refused_naming_the_move(tmp_path):
+    """ship's runs/<preset>-<variant> is runs/<preset>-seed0/<name> now (runs.RunFolder, GROW's layout): one line
+    saying where to move it, before anything trains."""
+    (tmp_path / "code-none" / "model").mkdir(parents=True)
+    with pytest.raises(ValueError) as refused:
+        ship.main(["--preset", "code", "--runs", str(tmp_path), "--no-train"])
+    assert str(refused.value) == (f"{tmp_path / 'code-none'} is in minigate 0.1's layout: move it to "
+                                  f"{tmp_path / 'code-seed0' / 'baseline'}")
 
 
 def test_the_gpu_recipe_refuses_a_machine_without_cuda(tmp_path, capsys):
@@ -84,7 +93,7 @@ def test_the_readme_figure_draws_the_shipped_numbers(tmp_path):
     rows = measure.shipped_rows("code")
     want = {k: [getattr(rows[v], k) for v in NAMES] for k in ("sink_heads_64", "f_attn_excess", "m_act")}
     stored = json.loads(Image.open(readme.FIGURE).info["Description"])
-    assert stored == want, "docs/effect.png is stale: run python scripts/readme.py"
+    assert stored == want, "docs/effect.png is stale: run python -m scripts.readme"
     drawn = json.loads(Image.open(readme.figure(rows, tmp_path / "effect.png")).info["Description"])
     assert drawn == want and drawn["sink_heads_64"][0] > max(drawn["sink_heads_64"][1:])
 
@@ -157,15 +166,18 @@ def test_measure_elsewhere_leaves_the_course_docs_and_lessons_alone(tmp_path, ca
 
 def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sentence(tmp_path):
     """scripts/seeds.py --rows data/seeds/code.json: seed 0 from the shipped measurements.json, the other seeds as
-    recorded (a row from before the stored counts gets them from its rates, exactly); the file it writes renders the
-    seeds sentence the READMEs state."""
+    recorded, the same file again (a row from before the stored counts is refused, naming its migration); the file it
+    writes renders the seeds sentence the READMEs state."""
     recorded = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
     old = dict(recorded, rows=[{k: v for k, v in r.items() if k not in ("heads", "sink_heads", "sink_heads_64")}
                                for r in recorded["rows"]])
     (tmp_path / "old.json").write_text(json.dumps(old))
     out = tmp_path / "code.json"
-    assert seeds.main(["--preset", "code", "--rows", str(tmp_path / "old.json"), "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["rows"] == recorded["rows"]
+    with pytest.raises(ValueError, match="before the sink-head counts were stored; migrate it"):
+        seeds.main(["--preset", "code", "--rows", str(tmp_path / "old.json"), "--out", str(out)])
+    assert seeds.main(["--preset", "code", "--rows", str(SHIPPED_DIR.parent / "seeds" / "code.json"),
+                       "--out", str(out)]) == 0
+    assert out.read_text() == (SHIPPED_DIR.parent / "seeds" / "code.json").read_text()
     sentence = readme.seed_sentence(measure.spread(measure.seed_rows("code", out)), "code")
     assert sentence == readme.rendered()["seeds", "code"] and "6 (6-6) of 16 in the baseline" in sentence
 

@@ -1,5 +1,7 @@
 """RunLock and lock_holder across processes: refusal with the holder named, waiting with a timeout, re-entrancy, a
-killed holder, a status check that never takes the lock, and no lock files left behind."""
+killed holder, a status check that never takes the lock, and no lock files left behind. And a preset's run folder
+(runs.RunFolder): its one layout, its states, the command that trains or resumes it, the one rule for a finished run
+and minigate 0.1's layouts refused in one line naming the move."""
 
 import os
 import re
@@ -8,10 +10,13 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 
 from minigate import runfolder
 from minigate.runfolder import LOCK_NAME, OS_LOCK_NAME, RunFolderInUse, RunLock, lock_holder
+from minigate.runs import FINISHED, NOT_STARTED, RESUMABLE, RunFolder, finished
 
 STARTED = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 _children = []
@@ -205,3 +210,89 @@ def test_a_zombie_counts_as_alive_until_its_parent_waits_for_it(tmp_path):
     assert runfolder._alive(p.pid)
     p.wait()
     assert not runfolder._alive(p.pid)
+
+
+# ── a preset's run folder (minigate.runs) ─────────────────────────────────────────────────────────────────────────────
+
+def _finish(folder: Path):
+    """What a finished `minigate train` leaves, as far as the rule reads it: its final model's config."""
+    folder.joinpath("model").mkdir(parents=True, exist_ok=True)
+    folder.joinpath("model", "config.json").write_text("{}")
+
+
+def test_a_run_folder_has_one_layout_for_presets_and_study_points():
+    run = RunFolder("runs", "code", "headwise", seed=2)
+    assert (run.base, run.path, run.log) == (Path("runs/code-seed2"), Path("runs/code-seed2/headwise"),
+                                              Path("runs/code-seed2/headwise.log"))
+    assert RunFolder("runs", "code-gpu", "none").path == Path("runs/code-gpu-seed0/baseline")  # seed 0, NAMES
+    point = RunFolder("runs/study", "code-gpu", "elementwise", seed=1, point="m-gpu")
+    assert point.path == Path("runs/study/m-gpu-seed1/elementwise") and point.preset == "code-gpu"
+    with pytest.raises(ValueError, match="unknown preset 'cod'; use one of .*code"):
+        RunFolder("runs", "cod", "none")
+    with pytest.raises(ValueError, match="unknown variant 'baseline'; use one of none, headwise, elementwise"):
+        RunFolder("runs", "code", "baseline")
+
+
+def test_a_run_is_not_started_then_resumable_then_finished(tmp_path):
+    run = RunFolder(tmp_path, "ci", "elementwise", seed=3)
+    assert run.state() == NOT_STARTED and not run.finished
+    run.path.mkdir(parents=True)
+    (run.path / "checkpoint.pt").write_bytes(b"")
+    assert run.state() == RESUMABLE and run.command()[-1] == "--resume"
+    _finish(run.path)
+    assert run.state() == FINISHED and run.finished and finished(run.path) and finished(str(run.path))
+
+
+def test_finished_means_the_final_models_config_is_a_file(tmp_path):
+    assert not finished(tmp_path / "absent")
+    tmp_path.joinpath("model", "config.json").mkdir(parents=True)  # a folder of that name is not a model
+    assert not finished(tmp_path)
+    _finish(tmp_path / "run")
+    assert finished(tmp_path / "run") and not finished(tmp_path / "run" / "model")
+
+
+def test_the_command_trains_the_preset_into_the_folder_and_resumes_a_checkpoint(tmp_path):
+    run = RunFolder(tmp_path, "code", "none", seed=1, point="2x")
+    cmd = run.command("--threads", "2", "--quiet", sets={"steps": 8000, "precision": "bf16"}, steps=20)
+    assert cmd[0] == sys.executable and cmd[1:] == [
+        "-m", "minigate.cli", "train", "--preset", "code", "--variant", "none", "--out", str(tmp_path / "2x-seed1" /
+        "baseline"), "--set", "seed=1", "--set", "steps=8000", "--set", "precision=bf16", "--steps", "20",
+        "--threads", "2", "--quiet"]
+    run.path.mkdir(parents=True)
+    (run.path / "checkpoint.pt").write_bytes(b"")
+    assert run.command("--quiet") == cmd[:12] + ["--quiet", "--resume"]  # through --set seed=1
+
+
+def _moved(old: Path, new: Path) -> str:
+    """The whole message, as a pattern: one line naming the move."""
+    return "^" + re.escape(f"{old} is in minigate 0.1's layout: move it to {new}") + "$"
+
+
+def test_minigate_01s_layouts_are_refused_naming_the_move(tmp_path):
+    """research's runs/study/<point>/seed<S>/<name> moves as a seed folder, ship's runs/<preset>-<variant> (seed 0)
+    as a run folder; once moved (or with the new folder there already) nothing is said."""
+    study = RunFolder(tmp_path / "study", "code", "headwise", seed=1, point="2x")
+    (tmp_path / "study" / "2x" / "seed1" / "headwise").mkdir(parents=True)
+    old, new = tmp_path / "study" / "2x" / "seed1", tmp_path / "study" / "2x-seed1"
+    for call in (study.state, study.check):
+        with pytest.raises(ValueError, match=_moved(old, new)):
+            call()
+    old.rename(new)
+    assert study.check() is study and study.state() == NOT_STARTED
+    shipped = RunFolder(tmp_path, "code", "elementwise")
+    _finish(tmp_path / "code-elementwise")
+    old, new = tmp_path / "code-elementwise", tmp_path / "code-seed0" / "elementwise"
+    with pytest.raises(ValueError, match=_moved(old, new)):
+        shipped.state()
+    assert RunFolder(tmp_path, "code", "elementwise", seed=1).state() == NOT_STARTED  # ship's runs were seed 0
+    _finish(shipped.path)
+    assert shipped.state() == FINISHED  # the new folder wins: the old one is no longer taken for this run
+
+
+def test_the_finished_rule_is_written_once():
+    """One definition of a finished run (runs.finished): no other file of the checkout spells it out again."""
+    root = Path(__file__).resolve().parents[1]
+    rule = '"model" / ' + '"config.json"'  # written in two so that this file does not spell it
+    found = [p.relative_to(root).as_posix() for d in ("minigate", "scripts", "research", "tests")
+             for p in sorted((root / d).rglob("*.py")) if rule in p.read_text()]
+    assert found == ["minigate/runs.py"] and (root / "minigate" / "runs.py").read_text().count(rule) == 1

@@ -387,7 +387,7 @@ def test_the_table_marks_each_setting_and_explain_gives_the_numbers():
 
 def test_docs_scorecard_states_the_rules_the_code_applies():
     doc = (ROOT / "docs" / "scorecard.md").read_text(encoding="utf-8")
-    assert doc == sc.rules_markdown() + "\n", "docs/scorecard.md is stale: run python scripts/readme.py"
+    assert doc == sc.rules_markdown() + "\n", "docs/scorecard.md is stale: run python -m scripts.readme"
     assert all(f"Rule: {c.rule.text}." in doc for c in sc.CLAIMS.values()) and sc.LEGEND in doc
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from minigate import measure
 from minigate.course import scaling
+from minigate.rows import parse, write_rows
 from minigate.course.published import TABLE_4
 
 pytestmark = pytest.mark.usefixtures("close_figures")
@@ -40,8 +41,12 @@ def test_every_study_row_is_well_formed_and_measured_as_the_shipped_models(path)
             assert len({json.dumps(r[key]) for r in rows}) == 1, f"{point} seed {seed}: its models differ in {key}"
 
 
+# a stored study row, every field of a rows.Row; the crafted rows below change its numbers (raw F-Attn: the same)
+TEMPLATE = json.loads((scaling.DATA / "study" / "length.json").read_text())["rows"][0]
+
+
 def _row(point, seed, variant, sink, excess, m_act, loss=2.0):
-    return {"point": point, "seed": seed, "variant": variant, "sink_rate_64": sink, "f_attn_excess": excess,
+    return {**TEMPLATE, "point": point, "seed": seed, "variant": variant, "sink_rate_64": sink, "f_attn_excess": excess,
             "m_act": m_act, "val_loss_code": loss, "params": 1377664, "tokens": 32768000, "steps": 8000,
             "wall_s": 700, "train_s": 600,
             "tracker": [{"step": s, "sink_rate_64": sink, "f_attn_excess": excess, "m_act": m_act * s / 2000}
@@ -71,10 +76,9 @@ def test_points_ratios_and_the_table(crafted):
     row = next(line for line in lines if line.startswith("2x") and "elementwise" in line)
     assert "2.0x (2.0-inf)" not in row and "inf" in row and "3.0x (2.0-4.0)" in row and " 10" in row  # 600 s
     assert lines[0].split()[-2:] == ["M-Act", "b"] and row.split()[-1] == "90"  # the baselines' median M-Act: 100, 80
-    assert lines[0].split()[7:10] == ["F-Attn", "excess", "raw"] and "-" in row.split()  # crafted: no raw F-Attn
+    assert lines[0].split()[7:10] == ["F-Attn", "excess", "raw"] and "1.0x (1.0-1.0)" in row  # crafted: same raw
     code = next(line for line in lines if line.startswith("code ") and "elementwise" in line)
-    raw = [r["f_attn"] / next(x for x in pts[0].seeds[r["seed"]].values() if x["variant"] == "elementwise")["f_attn"]
-           for r in pts[0].rows() if r["variant"] == "none"]
+    raw = [r.f_attn / pts[0].seeds[r.seed]["elementwise"].f_attn for r in pts[0].rows() if r.variant == "none"]
     assert f"{sorted(raw)[1]:.1f}x ({min(raw):.1f}-{max(raw):.1f})" in code  # the recipe's seeds: raw, as the paper
     assert not any(line.startswith("2x") and "headwise" in line for line in lines)
     assert scaling.tracked(list(pts[1].seeds[0].values()), "m_act") == [(s * 4096, 4.0) for s in (500, 1000, 2000)]
@@ -185,12 +189,9 @@ def _queue_script(tmp_path, monkeypatch, seconds):
     """research/train_study.py with a point `t` of two seeds (baseline and elementwise), whose trainings only wait
     `seconds` and leave a finished folder, whose measuring gives a stub row and whose writing is recorded: the
     queue's plumbing alone."""
-    import importlib.util
     import time
 
-    spec = importlib.util.spec_from_file_location("study_queue", scaling.DATA.parent / "research" / "train_study.py")
-    S = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(S)
+    from research import train_study as S  # its module attributes below are monkeypatched back afterwards
     monkeypatch.setattr(S, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(S, "OUT", tmp_path / "study")
     monkeypatch.setattr(S, "POINTS", {"t": ("size", {}, "a test point")})
@@ -203,18 +204,19 @@ def _queue_script(tmp_path, monkeypatch, seconds):
     def train(point, seed, variant, threads):
         started[seed, variant] = time.time()
         time.sleep(seconds)
-        (S.folder(point, seed, variant) / "model").mkdir(parents=True)
-        (S.folder(point, seed, variant) / "model" / "config.json").write_text("{}")
+        S.folder(point, seed, variant).joinpath("model").mkdir(parents=True)
+        S.folder(point, seed, variant).joinpath("model", "config.json").write_text("{}")  # finished (runs.finished)
         return 0
 
     monkeypatch.setattr(S, "train", train)
-    monkeypatch.setattr(S, "measured_row", lambda p, s, v, prose, device: dict(
-        point=p, seed=s, variant=v, sink_rate_64=0.0, f_attn_excess=0.0, m_act=1.0, val_loss_code=2.0, wall_s=1))
+    monkeypatch.setattr(S, "measured_row", lambda p, s, v, prose, device: parse(dict(
+        TEMPLATE, point=p, seed=s, variant=v, sink_rate_64=0.0, f_attn_excess=0.0, m_act=1.0, val_loss_code=2.0,
+        wall_s=1), "a stub row"))
 
     def write(rows, prose):  # what stored_rows reads back
-        written.append(sorted((r["seed"], r["variant"]) for r in rows))
+        written.append(sorted((r.seed, r.variant) for r in rows))
         S.OUT.mkdir(exist_ok=True)
-        (S.OUT / "size.json").write_text(json.dumps({"rows": rows}))
+        write_rows(S.OUT / "size.json", rows)
 
     monkeypatch.setattr(S, "write", write)
     return S, started, written
@@ -245,3 +247,18 @@ def test_measuring_again_keeps_the_rows_whose_runs_are_elsewhere(tmp_path, monke
     measured = len(written)
     assert S.main(["measure"]) == 0 and len(written) == measured + 3  # the three runs here, each written as measured
     assert written[-1] == [(0, "elementwise"), (0, "none"), (1, "elementwise"), (1, "none")]
+
+
+def test_the_queue_runs_in_the_layout_of_every_preset_run_and_names_the_move_from_the_old_one(tmp_path, monkeypatch):
+    """runs/study/<point>-seed<S>/<name> (runs.RunFolder), its log and the queue's record beside it; a seed folder of
+    minigate 0.1's runs/study/<point>/seed<S> stops the queue before anything runs, naming the move."""
+    S, started, _ = _queue_script(tmp_path, monkeypatch, seconds=0)
+    assert S.folder("t", 1, "none") == tmp_path / "runs" / "t-seed1" / "baseline"
+    assert S.sidecar("t", 1, "none") == tmp_path / "runs" / "t-seed1" / "baseline.study.json"
+    (tmp_path / "runs" / "t" / "seed1" / "baseline").mkdir(parents=True)
+    for what in ("plan", "run"):
+        with pytest.raises(ValueError) as refused:
+            S.main([what, "--threads", "1"])
+        assert str(refused.value) == (f"{tmp_path / 'runs' / 't' / 'seed1'} is in minigate 0.1's layout: move it to "
+                                      f"{tmp_path / 'runs' / 't-seed1'}")
+    assert not started

@@ -9,14 +9,15 @@
     g.compare(prose)     # the finished trio measured here, beside the course's numbers for its recipe
 
 Each model is `minigate train --preset P --variant V --out runs/P-seedN/NAME --set seed=N --progress json` (`--resume`
-when its folder has a checkpoint), a process of its own writing NAME.log beside the folder: its messages, and a line of
-JSON every 2 s, {"step": 520, "steps": 4000, ...}, which status() reads. The background process and its
-`minigate train` form one process group: stop() signals the group, so the running model checkpoints (train() stops
-cleanly on SIGTERM) and nothing is orphaned. The process holds runs/P-seedN's RunLock while it works (runfolder.RunLock,
-waiting for it rather than losing a race); status checks only read who holds it (runfolder.lock_holder), never take
-it. start() again after a restart, a stop or a closed notebook resumes what was unfinished. With `keep=FOLDER` the
-finished trio (weights, run.json, history.json; not the checkpoints) is copied there at the end: in Colab, a folder
-on Google Drive (drive_folder()), where lesson 04 finds it (find_grown) after the runtime that trained it is gone.
+when its folder has a checkpoint; runs.RunFolder: the layout and command of every preset's runs), a process of its own
+writing NAME.log beside the folder: its messages, and a line of JSON every 2 s, {"step": 520, "steps": 4000, ...},
+which status() reads. The background process and its `minigate train` form one process group: stop() signals the
+group, so the running model checkpoints (train() stops cleanly on SIGTERM) and nothing is orphaned. The process holds
+runs/P-seedN's RunLock while it works (runfolder.RunLock, waiting for it rather than losing a race); status checks
+only read who holds it (runfolder.lock_holder), never take it. start() again after a restart, a stop or a closed
+notebook resumes what was unfinished. With `keep=FOLDER` the finished trio (weights, run.json, history.json; not the
+checkpoints) is copied there at the end: in Colab, a folder on Google Drive (drive_folder()), where lesson 04 finds it
+(find_grown) after the runtime that trained it is gone.
 
     python -m minigate.course.grow --seed 2 [--preset code] [--root runs]   # the same, from a shell, in the foreground
 """
@@ -39,10 +40,11 @@ from pathlib import Path
 import psutil
 import torch
 
-from .. import measure
+from .. import measure, runs
 from ..presets import NAMES, PRESETS, VARIANTS
 from ..pretrained import SEEDS_DIR, shipped_run
 from ..runfolder import RunLock, lock_holder
+from ..runs import RunFolder
 from .grow_view import GrowView
 
 GPU_RECIPE = "code-gpu"  # ~1.5 min per model on an H100, 265 s for three on an H200; a T4 projected at 4-15 min
@@ -90,29 +92,27 @@ class Grow(GrowView):
     def __init__(self, seed: int = 0, preset: str | None = None, root="runs", steps: int | None = None,
                  sets: dict | None = None, keep=None):
         self.preset = preset or recipe_for()
-        if self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; use one of {', '.join(PRESETS)}")
         self.seed, self.steps, self.sets = int(seed), steps, dict(sets or {})
-        self.base = Path(root) / f"{self.preset}-seed{self.seed}"  # the three run folders, their logs, the lock
+        # the three run folders (runs.RunFolder: an unknown preset is refused there), their logs, the lock
+        self.base = RunFolder(root, self.preset, "none", self.seed).base
         self.keep = None if keep is None else Path(keep) / self.base.name
 
+    def run_folder(self, variant: str) -> RunFolder:
+        """One model's run (runs.RunFolder): runs/P-seedN/NAME, its log beside it, its `minigate train` command."""
+        return RunFolder(self.base.parent, self.preset, variant, self.seed)
+
     def folder(self, variant: str) -> Path:
-        return self.base / NAMES[variant]
+        return self.run_folder(variant).path
 
     def log(self, variant: str) -> Path:
-        return self.base / f"{NAMES[variant]}.log"
+        return self.run_folder(variant).log
 
     def command(self, variant: str) -> list[str]:
         """The `minigate train` command of one model (as `python -m minigate.cli`, the same entry point)."""
-        out = self.folder(variant)
-        cmd = [sys.executable, "-m", "minigate.cli", "train", "--preset", self.preset, "--variant", variant,
-               "--out", str(out), "--set", f"seed={self.seed}", "--progress", "json"]
-        cmd += [a for k, v in self.sets.items() for a in ("--set", f"{k}={v}")]
-        cmd += ["--steps", str(self.steps)] if self.steps else []
-        return cmd + (["--resume"] if (out / "checkpoint.pt").is_file() else [])
+        return self.run_folder(variant).command("--progress", "json", sets=self.sets, steps=self.steps)
 
     def done(self, variant: str) -> bool:
-        return (self.folder(variant) / "model" / "config.json").is_file()
+        return self.run_folder(variant).finished
 
     def finished(self) -> bool:
         return all(self.done(v) for v in VARIANTS)
@@ -205,7 +205,7 @@ class Grow(GrowView):
             return None
         for v in VARIANTS:
             src, dst = self.folder(v), self.keep / NAMES[v]
-            if (dst / "model" / "config.json").is_file():
+            if runs.finished(dst):
                 continue
             part = dst.with_name(dst.name + ".part")  # a copy cut short (the runtime ended) is never taken for one
             shutil.rmtree(part, ignore_errors=True)

@@ -8,7 +8,7 @@ import time
 
 from ..presets import NAMES, VARIANTS
 
-SHOWN = {"sink_rate_64": "sink heads at T=64 (share)", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
+SHOWN = {"sink_rate_64": "sink rate at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
 
 
 class GrowView:
@@ -53,8 +53,9 @@ class GrowView:
         return box
 
     def curves(self, histories: dict | None = None, title: str | None = None):
-        """The tracker's sink heads at T=64, F-Attn above uniform and M-Act (8 held-out prose windows, every
-        eval_every steps) of each model against the step: plots.training_metrics, one figure, three panels.
+        """The tracker's sink rate at T=64 (the share of heads that are sink heads), F-Attn above uniform and M-Act
+        (8 held-out prose windows, every eval_every steps) of each model against the step: plots.training_metrics,
+        one figure, three panels.
         `histories`: {name: history.json dict}, by default this seed's runs (lesson 03 also draws the shipped seed 0's
         through it)."""
         import matplotlib.pyplot as plt

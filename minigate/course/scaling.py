@@ -15,7 +15,6 @@ measured by the shipped protocol (measure.PROTOCOL: 75 held-out WikiText-2 windo
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -23,14 +22,17 @@ from pathlib import Path
 
 import torch
 
-from ..measure import Measurement, ratios
+from ..measure import ratios
 from ..model import Transformer
 from ..presets import GATED, PRESETS, model_config
 from ..pretrained import SEEDS_DIR, SHIPPED_DIR
+from ..rows import Row, read_rows
 from .published import TABLE_4_RATIOS
 
 DATA = SHIPPED_DIR.parent  # data/
-MEASURES = {"sink_rate_64": "sink heads at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
+# each measure's panel title; the sink rate is the share of heads that are sink heads (analysis.SINK_THRESHOLD), and
+# its baseline / gated ratio is that of the sink-head counts: both models have the same heads
+MEASURES = {"sink_rate_64": "sink rate at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}
 # the paper's ratio drawn on each panel (Table 4, 15B MoE: baseline / gated). It reports raw F-Attn, drawn on the
 # above-uniform panel: over a pretrained model's long windows uniform attention's share is far below its 0.048, so the
 # raw ratio is close to the above-uniform one (here, at T=512, uniform is 0.013 and the two differ: lesson 04). It
@@ -41,21 +43,21 @@ TABLED = ("sink_rate_64", "f_attn_excess", "f_attn", "m_act")  # the table's rat
 
 @dataclass
 class Point:
-    """One setting: its rows by seed and variant (measure.PROTOCOL's numbers plus the run's facts)."""
+    """One setting: its rows (rows.Row: measure.PROTOCOL's numbers plus the run's facts) by seed and variant."""
     name: str
     about: str
-    seeds: dict[int, dict[str, dict]] = field(default_factory=dict)
+    seeds: dict[int, dict[str, Row]] = field(default_factory=dict)
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[Row]:
         return [r for by_variant in self.seeds.values() for r in by_variant.values()]
 
     def value(self, key: str) -> float | None:
         """A fact of the setting (the baseline's params, tokens): the baseline's row's, else any row's (a setting
         whose baseline is still training); None where no row records it."""
-        got = sorted((r["variant"] != "none", r[key]) for r in self.rows() if r.get(key) is not None)
+        got = sorted((r.variant != "none", getattr(r, key)) for r in self.rows() if getattr(r, key) is not None)
         return got[0][1] if got else None
 
-    def pairs(self, gated: str) -> list[dict[str, dict]]:
+    def pairs(self, gated: str) -> list[dict[str, Row]]:
         """The rows {variant: row} of each seed that has the baseline and `gated`."""
         return [rows for rows in self.seeds.values() if "none" in rows and gated in rows]
 
@@ -68,16 +70,15 @@ class Point:
         whose baseline has none either gives no ratio: nothing to remove)."""
         out = []
         for rows in self.pairs(gated):
-            if key in rows["none"] and key in rows[gated]:
-                pair = {v: Measurement.from_record(rows[v]) for v in ("none", gated)}
-                x = ratios(pair, keys=(key,))[gated][key]  # the course's one baseline / gated
+            if getattr(rows["none"], key) is not None and getattr(rows[gated], key) is not None:
+                x = ratios({v: rows[v] for v in ("none", gated)}, keys=(key,))[gated][key]  # the one baseline / gated
                 if not math.isnan(x):
                     out.append(x)
         return out
 
 
-def _read(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["rows"] if path.is_file() else []
+def _read(path: Path) -> list[Row]:
+    return read_rows(path).rows if path.is_file() else []
 
 
 def points(data: Path = DATA) -> list[Point]:
@@ -86,9 +87,9 @@ def points(data: Path = DATA) -> list[Point]:
     yet is left out."""
     study = {}
     for path in sorted((Path(data) / "study").glob("*.json")):
-        doc = json.loads(path.read_text())
-        for r in doc["rows"]:
-            study.setdefault(r["point"], {"about": doc["points"][r["point"]]["about"], "rows": []})["rows"].append(r)
+        doc = read_rows(path)  # every row checked, each naming one of the file's points
+        for r in doc.rows:
+            study.setdefault(r.point, {"about": doc.header["points"][r.point]["about"], "rows": []})["rows"].append(r)
     found = [(name, spec["about"], spec["rows"]) for name, spec in study.items()]
     seeds = Path(data) / SEEDS_DIR.name  # data/seeds, or its copy under another data/
     found.append(("code", "the recipe: 1.4M parameters, 16.4M tokens", _read(seeds / "code.json")))
@@ -98,14 +99,14 @@ def points(data: Path = DATA) -> list[Point]:
         if rows:
             p = Point(name, about)
             for r in rows:
-                p.seeds.setdefault(r["seed"], {})[r["variant"]] = r
+                p.seeds.setdefault(r.seed, {})[r.variant] = r
             out.append(p)
     return sorted(out, key=lambda p: (_on_gpu(p), _params(p), _tokens(p)))
 
 
 def _on_gpu(p: Point) -> bool:
     """A setting trained on a GPU: the GPU recipe, or a study point whose rows name their GPU."""
-    return p.name == "code-gpu" or any(r.get("gpu") for r in p.rows())
+    return p.name == "code-gpu" or any(r.gpu for r in p.rows())
 
 
 def _params(p: Point) -> float:
@@ -153,15 +154,15 @@ def table(pts: list[Point], gates: tuple[str, ...] = GATED) -> list[str]:
             n = p.paired(g)
             if not n:
                 continue
-            losses = [(rows["none"]["val_loss_code"], rows[g]["val_loss_code"]) for rows in p.pairs(g)]
-            walls = [r["train_s"] / 60 for r in p.rows() if r.get("train_s")]
+            losses = [(rows["none"].val_loss_code, rows[g].val_loss_code) for rows in p.pairs(g)]
+            walls = [r.train_s / 60 for r in p.rows() if r.train_s]
             spans = [_span(p.ratios(g, k), n) for k in TABLED]
             fewer |= any(0 < len(p.ratios(g, k)) < n for k in TABLED)  # as _span marks them
             lines.append(f"{p.name:9s} {_params(p) / 1e6:5.1f}M {_tokens(p) / 1e6:5.0f}M {g:11s} {n:5d} "
                          + " ".join(f"{x:>19s}" for x in spans)
                          + f" {statistics.mean(b for b, _ in losses):6.3f}→{statistics.mean(x for _, x in losses):.3f}"
                          + (f" {statistics.mean(walls):9.0f}" if walls else f" {'-':>9s}")
-                         + f" {statistics.median(rows['none']['m_act'] for rows in p.pairs(g)):7.0f}")
+                         + f" {statistics.median(rows['none'].m_act for rows in p.pairs(g)):7.0f}")
     return lines + ([FEWER] if fewer else [])
 
 
@@ -175,7 +176,7 @@ def meets_bar(p: Point, gated: str = "elementwise") -> bool:
     baseline's."""
     pairs = p.pairs(gated)
     return len(pairs) >= BAR_SEEDS and all(min(p.ratios(gated, k) or [0.0]) >= BAR for k in MEASURES) and all(
-        rows[gated]["val_loss_code"] <= rows["none"]["val_loss_code"] for rows in pairs)
+        rows[gated].val_loss_code <= rows["none"].val_loss_code for rows in pairs)
 
 
 ON_THE_CARD = ("code", "code-gpu")  # the recipes the scorecard has its own settings for
@@ -248,7 +249,7 @@ def _along_training(ax, pts: list[Point]) -> None:
     from matplotlib.lines import Line2D
 
     handles = []
-    for i, p in enumerate(q for q in pts if any(r.get("tracker") for r in q.rows())):
+    for i, p in enumerate(q for q in pts if any(r.tracker for r in q.rows())):
         seeds = 0  # those with a line drawn
         for seed, rows in sorted(p.seeds.items()):
             drawn = False
@@ -269,12 +270,12 @@ def _along_training(ax, pts: list[Point]) -> None:
         ax.legend(handles=handles, fontsize=7)
 
 
-def tracked(rows: list[dict], key: str) -> list[tuple[int, float]]:
+def tracked(rows: list[Row], key: str) -> list[tuple[int, float]]:
     """(tokens seen, baseline / elementwise of `key`) along one seed's runs of a setting, from their trackers (8 prose
     windows every eval_every steps), where both runs recorded that step."""
-    by = {r["variant"]: {m["step"]: m[key] for m in r.get("tracker", [])} for r in rows}
+    by = {r.variant: {m["step"]: m[key] for m in r.tracker or []} for r in rows}
     if "none" not in by or "elementwise" not in by:
         return []
-    step_tokens = rows[0]["tokens"] / rows[0]["steps"]
+    step_tokens = rows[0].tokens / rows[0].steps
     steps = sorted(set(by["none"]) & set(by["elementwise"]))
     return [(s * step_tokens, by["none"][s] / by["elementwise"][s]) for s in steps if by["elementwise"][s] > 0]

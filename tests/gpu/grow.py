@@ -2,8 +2,8 @@
 `minigate train --preset code-gpu --variant V --set seed=N` runs the switch's background process runs (Grow.run), each
 timed, then all three measured as the shipped models are (measure.measure_folder on the 75 held-out windows).
 
-    python tests/gpu/grow.py --seed 0 --root /tmp/runs --json $OUT/grow.json [--set FIELD=VALUE ...]
-    MINIGATE_PRECISION=fp16 python tests/gpu/grow.py ...   # a T4's arithmetic: "auto" picks fp16 + GradScaler
+    python -m tests.gpu.grow --seed 0 --root /tmp/runs --json $OUT/grow.json [--set FIELD=VALUE ...]
+    MINIGATE_PRECISION=fp16 python -m tests.gpu.grow ...   # a T4's arithmetic: "auto" picks fp16 + GradScaler
 
 The JSON holds the estimate, the times, each model's row as data/seeds/<preset>.json keeps it (scripts/seeds.py's
 `row`: the measures, corpus, precision, tokens/s) and the tracker's metrics: what the weights would tell, without them.
@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -23,13 +22,12 @@ from minigate import measure
 from minigate.checkpoint import train_seconds
 from minigate.presets import NAMES
 from minigate.course.grow import Grow
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from seeds import row  # noqa: E402  (scripts/ is not a package)
+from scripts.seeds import row
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m tests.gpu.grow", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", default="runs")
     ap.add_argument("--json", required=True)
@@ -54,7 +52,7 @@ def main(argv=None) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         out["windows_sha256"] = measure.windows_digest(prose)  # scripts/seeds.py --rows checks it
         measured = grow.measure(prose, device)
-        out["rows"] = [row(grow.seed, v, m, grow.folder(v)) for v, m in measured.items()]
+        out["rows"] = [row(grow.seed, v, m, grow.folder(v)).record() for v, m in measured.items()]  # rows.Row's
         out["metrics"] = {name: h.get("metrics", []) for name, h in grow.histories().items()}
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)

@@ -14,7 +14,7 @@
 #                                       three variants), JOBS=6 at once; data/study/size.json comes back
 #                                       as study.json, the runs' logs and histories as study.runs.tar
 #   NOTEBOOKS="solutions/01_... solutions/02_..." bash tests/gpu/on_device.sh check     a few notebooks only
-#   GROW_ARGS="--steps 20"  passed to tests/gpu/grow.py (a dry run of the plumbing)
+#   GROW_ARGS="--steps 20"  passed to python -m tests.gpu.grow (a dry run of the plumbing)
 #   LIMIT=480 bash tests/gpu/on_device.sh check t4 seeds   every step stopped after LIMIT seconds (what it wrote stays)
 #   GPU_DIR=.gpu-study ...   wheels and WikiText-2 from another folder than .gpu (a smaller one: what travels to the
 #                            device is at most 64 MiB with the checkout; the study needs no notebook kernel)
@@ -36,21 +36,21 @@ job() {  # job NAME COMMAND...: COMMAND's output in NAME.log, its exit code and 
 step() {
   case "$1" in
     check) job gpu_check python3 tests/gpu/check.py --json "$RES/gpu_check.json" ${NOTEBOOKS:-} ;;
-    ship)  job ship python3 tests/gpu/ship_code.py --runs /tmp/runs --ship data/checkpoints --pack "$OUT" ;;  # a tar per model, beside results.tar
+    ship)  job ship python3 -m tests.gpu.ship_code --runs /tmp/runs --ship data/checkpoints --pack "$OUT" ;;  # a tar per model, beside results.tar
     bench) job bench python3 -m minigate.bench train ;;
-    grow)  job grow python3 tests/gpu/grow.py ${GROW_ARGS:-} --seed "${SEED:-0}" --root /tmp/runs --json "$RES/grow.json" ;;
+    grow)  job grow python3 -m tests.gpu.grow ${GROW_ARGS:-} --seed "${SEED:-0}" --root /tmp/runs --json "$RES/grow.json" ;;
     t4)    MINIGATE_PRECISION=fp16 job t4_lesson03 python3 tests/gpu/check.py --no-pytest --json "$RES/t4_lesson03.json" \
              solutions/03_training_tiny_models.ipynb &
-           MINIGATE_PRECISION=fp16 job t4_grow python3 tests/gpu/grow.py ${GROW_ARGS:-} --seed 0 --root /tmp/runs-fp16 \
+           MINIGATE_PRECISION=fp16 job t4_grow python3 -m tests.gpu.grow ${GROW_ARGS:-} --seed 0 --root /tmp/runs-fp16 \
              --json "$RES/t4_grow.json" &
            wait ;;
     seeds) for s in ${SEEDS:-1 2}; do
-             job "seed$s" python3 tests/gpu/grow.py ${GROW_ARGS:-} --seed "$s" --root /tmp/runs --json "$RES/seed$s.json" &
+             job "seed$s" python3 -m tests.gpu.grow ${GROW_ARGS:-} --seed "$s" --root /tmp/runs --json "$RES/seed$s.json" &
            done
            wait ;;
-    study) job study bash -c "timeout -s TERM ${STUDY_LIMIT:-3300} python3 research/train_study.py run --only m-gpu \
+    study) job study bash -c "timeout -s TERM ${STUDY_LIMIT:-3300} python3 -m research.train_study run --only m-gpu \
              --jobs ${JOBS:-6} --threads 2; rc=\$?; cp data/study/size.json $RES/study.json
-             tar -cf $RES/study.runs.tar runs/study/m-gpu/*/*.log runs/study/m-gpu/*/*/history.json; exit \$rc" ;;
+             tar -cf $RES/study.runs.tar runs/study/m-gpu-seed*/*.log runs/study/m-gpu-seed*/*/history.json; exit \$rc" ;;
     *) echo "usage: bash tests/gpu/on_device.sh check|ship|bench|grow|t4|seeds|study ..." >&2; return 2 ;;
   esac
 }

@@ -2,9 +2,9 @@
 
 On a CUDA machine, one command (about 5 minutes on an H100; a run folder that exists is resumed):
 
-    python tests/gpu/ship_code.py --runs runs --ship data/checkpoints [--pack $OUT]
+    python -m tests.gpu.ship_code --runs runs --ship data/checkpoints [--pack $OUT]
 
-The work is `python scripts/ship.py --preset code-gpu` (train, measure on held-out WikiText-2 at T=512 with
+The work is `python -m scripts.ship --preset code-gpu` (train, measure on held-out WikiText-2 at T=512 with
 minigate.measure, ship bf16, check the release's bar, ship.bar); `--pack` also writes one code-gpu-*.tar per model, to
 bring them back.
 """
@@ -18,13 +18,12 @@ from pathlib import Path
 
 from minigate.pretrained import SHIPPED_DIR
 from minigate.presets import NAMES
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import ship  # noqa: E402  (scripts/ship.py, the release pipeline)
+from scripts import ship  # the release pipeline
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m tests.gpu.ship_code", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--ship", default=str(SHIPPED_DIR))
     ap.add_argument("--pack", help="also write one code-gpu-*.tar per model here")

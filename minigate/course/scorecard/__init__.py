@@ -103,8 +103,7 @@ def scorecard(lr: LrRuns | None = None, device="cpu") -> list[Entry]:
         entries += seed_entries(setting, measure.seed_rows(preset))
     study = scaling.largest(scaling.points())
     if study is not None:
-        seeds = {s: {v: measure.Measurement.from_record(r) for v, r in rows.items()} for s, rows in study.seeds.items()}
-        entries += seed_entries("study", seeds, f"{study.name}: {study.about}")
+        entries += seed_entries("study", study.seeds, f"{study.name}: {study.about}")  # its rows.Row, as stored
     prose = measure.prose_windows(data.DEFAULT_TOKENIZER)
     entries += window_entries("code-moe", shipped_windows("code-moe", device, prose), f"{len(prose)} windows")
     for task in ("copy", "induction"):
@@ -223,7 +222,7 @@ def rules_markdown() -> str:
     out = ["# The scorecard's rules", "",
            "Lesson 08's scorecard (`minigate/course/scorecard/`) judges each claim with the rule below; "
            "`sc.explain(card, claim)` prints a claim's rule with its numbers and intervals in every setting, "
-           "`sc.table(card)` the card at a glance. Generated from the code by `python scripts/readme.py`.", "",
+           "`sc.table(card)` the card at a glance. Generated from the code by `python -m scripts.readme`.", "",
            "## How to read it", "", LEGEND, "",
            "Marks: " + ", ".join(f"`{m}` {v}" for v, m in MARKS.items()) + ", `*` fragile, `^` partly, its interval "
            "reaching the reproduced bar.", ""]

@@ -228,9 +228,11 @@ def colab_python() -> str:
 
 def install_colab(python: Path, skip=()) -> subprocess.CompletedProcess:
     """pip installs colab_pins(skip) into the environment of `python`, with what they need that it lacks: over a
-    linked_env, each one shadows this environment's copy (pip leaves the links alone)."""
-    return subprocess.run([str(python), "-m", "pip", "install", "-q", *colab_pins(skip)], env=clean_env(),
-                          capture_output=True, text=True)
+    linked_env, each one shadows this environment's copy (pip leaves the links alone). --no-compile: pip would
+    byte-compile every module of the ~25 packages (transformers, pandas, scipy: most of them never imported here);
+    Python compiles what the kernel imports, when it imports it."""
+    return subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", *colab_pins(skip)],
+                          env=clean_env(), capture_output=True, text=True)
 
 
 def pypi_colab(env_dir: Path) -> Path:
@@ -255,7 +257,9 @@ def github(root: Path) -> tuple[Path, str]:
     repo = clean_copy(root / "github")
     git = ["git", "-C", str(repo), "-c", "user.name=minigate tests", "-c", "user.email=tests@localhost", "-c",
            "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.compression=0"]
-    for cmd in (["init", "-q"], ["add", "-A", "-f"], ["commit", "-q", "-m", "the working tree"], ["tag", course.REF]):
+    # core.compression 0 stored in it too: the set-up cell's fetch then packs the checkpoints without deflating them
+    for cmd in (["init", "-q"], ["config", "core.compression", "0"], ["add", "-A", "-f"],
+                ["commit", "-q", "-m", "the working tree"], ["tag", course.REF]):
         subprocess.run([*git, *cmd], check=True)
     return repo, subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -274,6 +278,8 @@ def colab(root: Path, python: Path) -> dict:
         "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{upstream}.insteadOf",
         "GIT_CONFIG_VALUE_0": f"https://github.com/{course.REPOSITORY}",
         "PYTHONNOUSERSITE": "1", "PYTHONPATH": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # as in Colab, imports write their bytecode (install_colab leaves it to them), whatever this shell says
+        "PYTHONDONTWRITEBYTECODE": "",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
     }
     spec = root / "jupyter" / "kernels" / "colab"

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from minigate import widgets
+from minigate.course import widgets
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 CHROMEDRIVER = shutil.which("chromedriver") or (os.path.exists("/usr/bin/chromedriver") and "/usr/bin/chromedriver")
@@ -30,14 +30,15 @@ pytestmark = [pytest.mark.slow,
 SETUP = """import torch
 
 import minigate
-from minigate import widgets
+from minigate.course import widgets
 from minigate.ablation import chunks
 from minigate.data import CopyTokenizer, copy_task, encode, get_tokenizer, load_documents
+from minigate.course import release
 
 torch.manual_seed(0)
-copy = {name: minigate.shipped(f"copy-{name}") for name in ("baseline", "headwise", "elementwise")}
-text = {f"text-{gate}": minigate.shipped(f"text-{gate}") for gate in ("headwise", "elementwise")}
-code = {f"code-{name}": minigate.shipped(f"code-{name}") for name in ("baseline", "headwise", "elementwise")}
+copy = {name: release.shipped(f"copy-{name}") for name in ("baseline", "headwise", "elementwise")}
+text = {f"text-{gate}": release.shipped(f"text-{gate}") for gate in ("headwise", "elementwise")}
+code = {f"code-{name}": release.shipped(f"code-{name}") for name in ("baseline", "headwise", "elementwise")}
 ctok, rows = CopyTokenizer(), copy_task(64, seed=3)
 tok = get_tokenizer()
 prose = chunks(encode(load_documents("wikitext-2")[1], tok.tok), n_chunks=16, chunk_len=511)  # held-out windows"""

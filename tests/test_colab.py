@@ -89,8 +89,9 @@ def test_lessons_run_in_a_simulated_colab(sim):
     site = site_packages(sim["python"])
     import torch
 
+    before = pip_versions(sim["python"])  # Colab as the learner finds it (pip list takes seconds: read once)
     if sim["colab_installed"]:
-        wrong = off_colab(pip_versions(sim["python"]), COLAB_HEAVY)
+        wrong = off_colab(before, COLAB_HEAVY)
         assert not wrong, f"not Colab's versions, {{name: (Colab's, installed)}}: {wrong}"
     else:
         import warnings
@@ -99,7 +100,6 @@ def test_lessons_run_in_a_simulated_colab(sim):
                       stacklevel=1)
     # lesson 01 in a fresh Colab: the set-up cell fetches REF (here: this checkout's files) and installs minigate,
     # and changes no other package (Colab's versions stay: pyproject.toml's floors are at most Colab's)
-    before = pip_versions(sim["python"])
     nb, setup = run_lesson(sim, "01_attention_and_sinks.ipynb", sim["content"], extra=[PROBE])
     changed = setup_changes(before, pip_versions(sim["python"]))
     assert not changed, f"the set-up cell changed more than minigate, {{name: (before, after)}}: {changed}"

@@ -16,9 +16,11 @@ from minigate import distributed
 from minigate.cli import main
 
 pytestmark = pytest.mark.slow  # torchrun processes: two ranks and a single-process run to compare with
-STEPS = 40
-ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--set", f"steps={STEPS}", "--set", "eval_every=20",
-        "--set", "ckpt_every=10", "--set", "lr=1e-3"]
+# short runs (most of a run here is starting three processes that import torch): a checkpoint every CKPT steps, two
+# validation points of a few batches (rank 0 evaluates alone while rank 1 waits), and a warmup that fits in STEPS
+STEPS, CKPT = 20, 5
+ARGS = ["--preset", "ci", "--variant", "headwise", "--quiet", "--set", f"steps={STEPS}", "--set", "eval_every=10",
+        "--set", "eval_batches=4", "--set", f"ckpt_every={CKPT}", "--set", "warmup_steps=5", "--set", "lr=3e-3"]
 
 
 def torchrun(out, *extra, nproc=2, wait=True):
@@ -74,7 +76,7 @@ def test_rank_zero_alone_writes_and_speaks(runs):
 
 
 def test_stopped_run_resumes_bitwise(runs):
-    assert 10 <= runs["stopped_at"] < STEPS, "the SIGTERM came after the run ended: nothing was tested"
+    assert CKPT <= runs["stopped_at"] < STEPS, "the SIGTERM came after the run ended: nothing was tested"
     assert "continue with: minigate train" in runs["stop_out"]
     assert f"resuming {runs['root'] / 'stopped'} at step {runs['stopped_at']}" in runs["resumed"]
     a = load_file(runs["root"] / "two" / "model" / "model.safetensors")

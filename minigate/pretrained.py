@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save
 
 from .config import ModelConfig
 from .model import Transformer
-from .runfolder import atomic_write, read_run_json
+from .runfolder import atomic_write
 
 # (minigate name, official name), following transformers' Qwen3 naming; {L} = layer, {E} = expert, {p} = projection
 _RENAMES = [
@@ -247,37 +247,3 @@ def from_pretrained(path_or_repo_id: str | os.PathLike, subfolder: str | None = 
                          f"{[_rename(m, True) for m in missing[:3]]}; is config.json right?")
     model.load_state_dict(state, assign=True)
     return model.to(device).eval()
-
-
-# -- the checkpoints the course ships -------------------------------------------------------------------
-from .resources import DATA_DIR  # noqa: E402  (data/ of a checkout, or minigate/_data/ when installed)
-
-SHIPPED_DIR = DATA_DIR / "checkpoints"
-SEEDS_DIR = DATA_DIR / "seeds"  # <preset>.json: a recipe's seeds, measured (scripts/seeds.py)
-
-
-def shipped_names() -> list[str]:
-    """Names of the checkpoints in data/checkpoints/ (e.g. "copy-baseline", "copy-headwise")."""
-    return sorted(p.parent.name for p in SHIPPED_DIR.glob("*/config.json"))
-
-
-def _shipped_folder(name: str) -> Path:
-    folder = SHIPPED_DIR / name
-    if not (folder / "config.json").exists():
-        raise FileNotFoundError(
-            f"no shipped checkpoint {name!r} in {SHIPPED_DIR}; available: {shipped_names()}. They come with "
-            "the repository (data/checkpoints/): clone it, or in Colab run the lesson's set-up cell")
-    return folder
-
-
-def shipped(name: str, dtype: torch.dtype | str | None = None, device: str | torch.device = "cpu") -> Transformer:
-    """A model the course ships: shipped("copy-baseline"), "copy-headwise", "copy-elementwise", ...
-    (data/checkpoints/README.md says how each was trained, with one command per model)."""
-    return from_pretrained(_shipped_folder(name), dtype=dtype, device=device).eval()
-
-
-def shipped_run(name: str) -> dict:
-    """How a shipped model was trained: its run.json (preset, variant, corpus, train and model configs) and
-    its training history (["history"]: a dict of the History fields, metrics recorded every eval)."""
-    folder = _shipped_folder(name)
-    return dict(read_run_json(folder), history=json.loads((folder / "history.json").read_text()))

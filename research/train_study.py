@@ -39,9 +39,11 @@ from pathlib import Path
 from minigate import measure
 from minigate.checkpoint import train_seconds
 from minigate.presets import NAMES, TrainConfig
-from minigate.pretrained import SHIPPED_DIR, from_pretrained
+from minigate.pretrained import from_pretrained
+from minigate.course.release import SHIPPED_DIR
 from minigate.rows import Row, read_rows, write_rows
 from minigate.runs import FINISHED, RESUMABLE, RunFolder, finished
+from minigate.course import release
 from scripts.seeds import row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
         print(f"(no CUDA here: skipping the GPU points {sorted({p for p, _, _ in queue if p in GPU})})", flush=True)
         queue = [q for q in queue if q[0] not in GPU]
     prose = measure.prose_windows(SHIPPED_DIR / "code-baseline" / "tokenizer.json")
-    if measure.windows_digest(prose) != measure.stored("code-baseline")["protocol"]["windows_sha256"]:
+    if measure.windows_digest(prose) != release.stored("code-baseline")["protocol"]["windows_sha256"]:
         raise ValueError("these are not the shipped models' windows: set MINIGATE_CORPORA_DIR to the WikiText-2 copy "
                          "they came from")
     key = lambda r: (r.point, r.seed, r.variant)  # noqa: E731

@@ -23,7 +23,8 @@ from pathlib import Path
 from minigate import measure
 from minigate.course.prose import MARKED, marked, marker
 from minigate.presets import NAMES
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
+from minigate.course import release
 
 ROOT = Path(__file__).resolve().parent.parent  # the course checkout
 DOCS = (ROOT / "README.md", ROOT / "data" / "checkpoints" / "README.md")
@@ -58,9 +59,9 @@ def effect_summary(rows: dict) -> str:
 
 
 def seed_sentence(s: dict, preset: str = "code") -> str:
-    """The sentence the READMEs state about a recipe's seeds (data/seeds/<preset>.json), from measure.spread."""
+    """The sentence the READMEs state about a recipe's seeds (data/seeds/<preset>.json), from release.spread."""
     b, h, e, n = s["none"], s["headwise"], s["elementwise"], s["none"]["sink_heads_64"].seeds
-    ratio, count, value = measure.ratio_text, measure.count_text, measure.value_text
+    ratio, count, value = release.ratio_text, release.count_text, release.value_text
     return (f"Over {n} seeds of the `{preset}` recipe (seed 0 is the shipped trio; `data/seeds/{preset}.json`), "
             f"seed 0's ratios and their range: first-token attention above uniform {ratio(h['f_attn_excess'])} "
             f"smaller with the headwise gate and {ratio(e['f_attn_excess'])} with the elementwise gate; M-Act "
@@ -127,13 +128,13 @@ def rendered(shipped: Path = SHIPPED_DIR) -> dict[tuple[str, str], str]:
     out = {}
     presets = sorted({p.parent.name.rsplit("-", 1)[0] for p in Path(shipped).glob(f"*/{measure.MEASUREMENTS}")})
     for preset in presets:
-        rows = measure.shipped_rows(preset, shipped)
+        rows = release.shipped_rows(preset, shipped)
         out["table", preset] = f"\n{table(rows, preset)}\n\n"  # the markers on lines of their own, around the table
         if set(rows) == set(NAMES):
             out["effect", preset] = effect_summary(rows)
             out["headline", preset] = headline(rows)
     for path in sorted((Path(shipped).parent / "seeds").glob("*.json")):
-        spread = measure.spread(measure.seed_rows(path.stem, path))
+        spread = release.spread(release.seed_rows(path.stem, path))
         out["seeds", path.stem] = seed_sentence(spread, path.stem)
         out["seedline", path.stem] = seedline(spread, path.stem)
     return out
@@ -173,7 +174,7 @@ def update(presets=None, docs=DOCS, shipped: Path = SHIPPED_DIR, kinds=KINDS) ->
 if __name__ == "__main__":
     for path in update():
         print(f"readme: rewrote the generated text in {path}")
-    print(f"readme: drew {figure(measure.shipped_rows('code')).relative_to(ROOT)}")
+    print(f"readme: drew {figure(release.shipped_rows('code')).relative_to(ROOT)}")
     from minigate.course.scorecard import rules_markdown
 
     RULES.write_text(rules_markdown() + "\n", encoding="utf-8")

@@ -33,9 +33,10 @@ import torch
 from minigate import data, measure, runs
 from minigate.course.prose import marker
 from minigate.presets import NAMES
-from minigate.pretrained import SEEDS_DIR, SHIPPED_DIR
+from minigate.course.release import SEEDS_DIR, SHIPPED_DIR
 from minigate.rows import Row, read_rows, write_rows
 from minigate.runfolder import read_run_json
+from minigate.course import release
 from scripts import readme
 
 
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
         folder = SHIPPED_DIR / f"{args.preset}-{name}"
         if not (folder / measure.MEASUREMENTS).is_file():
             continue
-        stored = measure.stored(folder.name)
+        stored = release.stored(folder.name)
         if stored["protocol"]["windows_sha256"] != digest:
             raise ValueError(f"{folder.name} was measured on other windows: set MINIGATE_CORPORA_DIR to the "
                              "WikiText-2 copy it was measured on, or measure it again (python -m scripts.ship "

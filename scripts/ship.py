@@ -14,7 +14,7 @@ The release pipeline of the course, outside the package (the library measures; t
 3. Shipped as 16-bit safetensors with run.json, the tokenizer and a thinned history.json, measured again from the
    shipped files into measurements.json (the numbers a lesson reads), and checked against `bar` (below).
 4. For the course's code models: the READMEs' tables and sentence are rewritten between their markers from the new
-   measurements.json (scripts/readme.py), and the lessons that show them (solutions calling measure.measure_*) run
+   measurements.json (scripts/readme.py), and the lessons that show them (solutions calling release.measure_*) run
    again, lessons/ rebuilt (--no-lessons: not).
 """
 
@@ -37,10 +37,11 @@ from minigate.checkpoint import train_seconds
 from minigate.course.prose import marker
 from minigate.course.scorecard import EXCESS_MIN
 from minigate.presets import NAMES
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
 from minigate.run import execute, plan_run
 from minigate.runfolder import read_run_json
 from minigate.runs import RunFolder
+from minigate.course import release
 from scripts import readme
 
 ROOT = readme.ROOT  # the course checkout
@@ -153,7 +154,7 @@ def bring_along(preset: str, ship: Path, no_lessons: bool) -> None:
     for doc in readme.update([preset], docs, kinds=("table", "effect", "headline")):
         print(f"ship: rewrote the generated text in {doc.name}")
     if preset == "code":
-        print(f"ship: drew {readme.figure(measure.shipped_rows(preset, ship)).relative_to(ROOT)}")
+        print(f"ship: drew {readme.figure(release.shipped_rows(preset, ship)).relative_to(ROOT)}")
     if not no_lessons:
         rerun_lessons(lessons)
 
@@ -198,11 +199,11 @@ def main(argv=None) -> int:
         return 2
     prose = None
     if args.measure:  # one command brings the measurements, the READMEs and the lessons along
-        for variant in [v for v in args.variants if v in measure.shipped_variants(args.preset, ship)]:
+        for variant in [v for v in args.variants if v in release.shipped_variants(args.preset, ship)]:
             folder = ship / f"{args.preset}-{NAMES[variant]}"
             prose = measure.prose_windows(folder / "tokenizer.json") if prose is None else prose
             measure.write_measurements(folder, measure.measure_folder(folder, prose), prose)
-        print(readme.table(measure.shipped_rows(args.preset, ship), args.preset))
+        print(readme.table(release.shipped_rows(args.preset, ship), args.preset))
         bring_along(args.preset, ship, args.no_lessons)
         return 0
     records = {}
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
         if prose is None:
             prose = measure.prose_windows(run_dir / "model" / "tokenizer.json")
         records[variant] = ship_one(run_dir, ship / f"{args.preset}-{NAMES[variant]}", prose)
-    rows = {v: r for v, r in measure.shipped_rows(args.preset, ship).items() if v in records}
+    rows = {v: r for v, r in release.shipped_rows(args.preset, ship).items() if v in records}
     print(f"\nmeasured on held-out WikiText-2, T={measure.PROSE_LEN} ({prose.shape[0]} windows), from the shipped "
           f"bf16 weights:\n{readme.table(rows, args.preset)}")
     (Path(args.runs) / f"{args.preset}_measurements.json").write_text(json.dumps(records, indent=2))

@@ -12,6 +12,7 @@ from minigate.cli import main
 from minigate.evaluation import evaluate
 from minigate.presets import TrainConfig
 from minigate.train import train
+from minigate.course import release
 
 
 def test_rows_are_bos_random_half_separator_then_the_copy():
@@ -126,13 +127,13 @@ def test_cli_induction_preset_trains_on_rows_with_a_random_first_token(tmp_path,
 
 
 def test_shipped_copy_models_load_and_the_baseline_has_a_sink_head():
-    names = minigate.shipped_names()
+    names = release.shipped_names()
     assert {"copy-baseline"} <= set(names)
-    model = minigate.shipped("copy-baseline")
+    model = release.shipped("copy-baseline")
     assert not model.training and model.cfg.gate == "none"
     stats = attention_sink(model, data.copy_task(64, seed=3)[:, :-1])
     assert stats.n_sink_heads >= 1 and stats.share.max() > 0.3
-    run_json = minigate.shipped_run("copy-baseline")
+    run_json = release.shipped_run("copy-baseline")
     assert run_json["preset"] == "copy" and run_json["history"]["step"][-1] == run_json["train"]["steps"]
     with pytest.raises(FileNotFoundError, match="available: \\["):
-        minigate.shipped("no-such-model")
+        release.shipped("no-such-model")

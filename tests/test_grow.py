@@ -18,7 +18,7 @@ import torch
 from minigate import Transformer, measure
 from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, _any_running, _tree, find_grown, recipe_for
 from minigate.presets import NAMES, PRESETS, VARIANTS, model_config
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
 from minigate.runfolder import lock_holder
 from minigate.train import train
 

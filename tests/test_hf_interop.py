@@ -12,6 +12,7 @@ import torch
 import minigate
 from minigate import ModelConfig, Transformer
 from minigate.resources import DATA_DIR
+from minigate.course import release
 
 TOKENIZER = DATA_DIR / "tokenizer.json"
 TEXTS = ["\n  def", "def add(a, b):\n    return a + b\n\n\nThe river flows into the sea . Hello , world",
@@ -128,7 +129,7 @@ def test_official_gated_configs_still_load(tmp_path):
     torch.testing.assert_close(back(_ids()), model(_ids()), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("name", minigate.shipped_names())
+@pytest.mark.parametrize("name", release.shipped_names())
 def test_shipped_configs_follow_the_convention(name):
     config = json.loads((DATA_DIR / "checkpoints" / name / "config.json").read_text())
     cfg = ModelConfig.from_hf_config(config)

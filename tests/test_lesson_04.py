@@ -4,14 +4,13 @@ typical mistake earns its hint tests/test_check_mutations.py's, for every check.
 
 import pytest
 
-import minigate
 from minigate.analysis import attention_sink
-from minigate.course import checks
+from minigate.course import checks, release
 from minigate.data import copy_task
 
 
 def test_reference_equals_a_plain_loop_on_the_shipped_baseline():
-    model = minigate.shipped("copy-baseline")
+    model = release.shipped("copy-baseline")
     x = copy_task(8, seed=3)[:, :-1]
     _, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith("attn.hook_pattern"))
     got = checks.reference_bos_share_by_part(cache, model.cfg.n_layers, 32)  # (layer, 3, head)

@@ -6,10 +6,10 @@ earns its hint tests/test_check_mutations.py's, for every check."""
 import pytest
 import torch
 
-import minigate
 from minigate.course import checks
 from minigate.data import copy_task
 from minigate.gate_analysis import gate_scores
+from minigate.course import release
 
 
 def test_gate_by_phase_an_answer_with_run_with_hooks_passes(capsys):
@@ -24,7 +24,7 @@ def test_gate_by_phase_an_answer_with_run_with_hooks_passes(capsys):
 
 @pytest.mark.parametrize("name", ["copy-headwise", "copy-elementwise"])
 def test_gate_by_phase_reference_matches_gate_scores(name):
-    model = minigate.shipped(name)
+    model = release.shipped(name)
     x = copy_task(3, seed=3)[:, :-1]  # (3, 64): <bos>, 32 random, |, the copy
     g = gate_scores(model, x).head_averaged().values.reshape(3, x.shape[1], model.cfg.n_layers, -1)  # b pos L head
     want = torch.stack([g[:, 1:33, 1].mean((0, 1)), g[:, 33:, 1].mean((0, 1))])
@@ -33,14 +33,14 @@ def test_gate_by_phase_reference_matches_gate_scores(name):
 
 def test_gate_by_phase_copy_headwise_switches_by_phase():
     """The shipped copy model's layer 0: its copy head is shut on the random part and open on the copy part."""
-    model = minigate.shipped("copy-headwise")
+    model = release.shipped("copy-headwise")
     random, copy = checks.reference_gate_by_phase(model, copy_task(64, seed=3)[:, :-1], 0, 32)
     h = int(random.argmin())
     assert random[h] < 0.1 < 0.8 < copy[h]
 
 
 def test_first_rest_ratio_reference_is_first_vs_rest_with_ci():
-    model = minigate.shipped("copy-elementwise")
+    model = release.shipped("copy-elementwise")
     g = gate_scores(model, [row[: 20 + i] for i, row in enumerate(copy_task(16, seed=3))])  # unequal lengths
     per_prompt = [g.values[g.prompt == i].flatten(1).mean(1) for i in range(g.n_prompts)]
     fr = g.first_vs_rest(ci=True)

@@ -17,6 +17,7 @@ from minigate.course.checks import lesson06 as l6
 from minigate.course.checks.lesson06 import _gate_override as G
 from minigate.data import copy_task
 from minigate.overrides import close_head, forbid_bos, force_layer, set_gates
+from minigate.course import release
 
 
 def test_gate_override_in_place_edit_that_returns_passes(capsys):
@@ -63,7 +64,7 @@ def test_predict_bos_cost_records_any_well_formed_prediction(capsys):
 
 
 def test_closing_the_copy_head_with_the_reference_zeroes_its_output():
-    model = minigate.shipped("copy-headwise")
+    model = release.shipped("copy-headwise")
     x = copy_task(4, seed=3)[:, :-1]
     name = "blocks.0.attn.hook_z_gated"
     with model.hooks(checks.reference_gate_override(model, 0, 0.0, head=3)):
@@ -91,7 +92,7 @@ def test_forbid_bos_reference_and_equivalent_answers_pass(capsys):
 
 
 def test_forbid_bos_reference_on_the_copy_model_moves_the_weight_off_bos():
-    model = minigate.shipped("copy-baseline")
+    model = release.shipped("copy-baseline")
     x = copy_task(4, seed=3)[:, :-1]
     name = "blocks.0.attn.hook_pattern"
     _, clean = model.run_with_cache(x, names_filter=name)

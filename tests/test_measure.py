@@ -11,8 +11,10 @@ import torch
 
 import minigate
 from minigate import analysis, data, measure
-from minigate.pretrained import SHIPPED_DIR
+from minigate.rows import read_rows
+from minigate.course.release import SHIPPED_DIR
 from minigate.presets import NAMES, model_config
+from minigate.course import release
 
 
 def test_prose_windows_are_held_out_bos_first_windows_of_512(prose):
@@ -60,7 +62,7 @@ def test_write_measurements_stores_the_record_under_its_field_names(tmp_path, pr
     assert protocol["windows"] == 4 and protocol["windows_sha256"] == measure.windows_digest(prose[:4])
     assert {k: v for k, v in stored.items() if k != "protocol"} == json.loads(json.dumps(row.record()))
     assert set(row.numbers()) <= set(stored) and 0 <= stored["sink_rate_64"] <= 1 and 0 < stored["max_head_64"] <= 1
-    again = measure.read_rows(folder / measure.MEASUREMENTS)  # the one reader: every field checked
+    again = read_rows(folder / measure.MEASUREMENTS)  # the one reader: every field checked
     assert again.rows[0].record() == json.loads(json.dumps(row.record())) and again.rows[0].sink is None
     assert again.protocol == protocol and again.header == {}
 
@@ -73,7 +75,7 @@ def test_a_run_folder_is_measured_from_its_model_and_history(tmp_path, prose):
     shutil.copyfile(SHIPPED_DIR / "code-baseline" / "history.json", run_dir / "history.json")
     (run_dir / "model" / "history.json").unlink()
     row = measure.measure_folder(run_dir, prose[:2])
-    assert row.name == "code-baseline" and row.val_loss_code == minigate.shipped_run("code-baseline")["history"][
+    assert row.name == "code-baseline" and row.val_loss_code == release.shipped_run("code-baseline")["history"][
         "val_loss"][-1]
     assert row.f_attn == pytest.approx(measure.measure_folder(SHIPPED_DIR / "code-baseline", prose[:2]).f_attn)
 
@@ -107,40 +109,40 @@ def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tm
     (tmp_path / "code-headwise" / measure.MEASUREMENTS).write_text(json.dumps(stored))
     with pytest.raises(ValueError, match=r"code-headwise: m_act is 41\.\d+ measured here but 42\.\d+ in its "
                                          r"measurements\.json: .* reinstall minigate"):
-        measure.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
+        release.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
     stored["m_act"] -= 1.0
     stored["sink_heads_64"] += 1  # a count: compared exactly
     (tmp_path / "code-headwise" / measure.MEASUREMENTS).write_text(json.dumps(stored))
     with pytest.raises(ValueError, match=r"code-headwise: sink_heads_64 is 2 measured here but 3"):
-        measure.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
+        release.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
 
 
 def test_every_stored_number_is_checked(prose):
     """CHECKED is every number a measurements.json stores (all of PublishedMeasures but its stats, and the validation
     loss): each, changed in the record, is named; the same record passes."""
     record = json.loads((SHIPPED_DIR / "code-baseline" / measure.MEASUREMENTS).read_text())
-    assert set(measure.CHECKED) == set(record) - {"protocol", "name"}
+    assert set(release.CHECKED) == set(record) - {"protocol", "name"}
     got = measure.Measurement.from_record(record)
-    measure.check_measurement("x", got, record, 1e-4)
-    for key in measure.CHECKED:
+    release.check_measurement("x", got, record, 1e-4)
+    for key in release.CHECKED:
         value = record[key]
         changed = [v + 1 for v in value] if isinstance(value, list) else value + 1
         with pytest.raises(ValueError, match=f"x: {key} is "):
-            measure.check_measurement("x", got, dict(record, **{key: changed}), 1e-4)
+            release.check_measurement("x", got, dict(record, **{key: changed}), 1e-4)
 
 
 @pytest.mark.slow
 def test_the_shipped_measurements_are_what_the_shipped_weights_give():
     """measurements.json is current: each shipped code model measured again on the same windows agrees with it
     (measure_shipped asserts it; a re-shipped model without `--measure` fails here), with the stats for plots."""
-    rows = measure.measure_preset("code")
+    rows = release.measure_preset("code")
     assert list(rows) == list(NAMES) and all(r.same_windows for r in rows.values())
     assert rows["none"].sink.f_attn == pytest.approx(rows["none"].f_attn)
     assert rows["none"].act.m_act == pytest.approx(rows["none"].m_act)
     m_act = rows["none"].m_act / rows["elementwise"].m_act
     assert measure.ratios(rows)["elementwise"]["m_act"] == pytest.approx(m_act)
-    assert measure.shipped_variants("code") == list(NAMES)
-    assert measure.shipped_variants("code-moe") == ["none", "elementwise"]
+    assert release.shipped_variants("code") == list(NAMES)
+    assert release.shipped_variants("code-moe") == ["none", "elementwise"]
 
 
 def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
@@ -154,9 +156,9 @@ def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
             rec(1, "elementwise", 0.01, 30, 1, 0.3),
             rec(2, "none", 0.05, 60, 6, 0.5)]  # a seed still training: left out
     (tmp_path / "code.json").write_text(json.dumps({"rows": rows}))
-    seeds = measure.seed_rows(path=tmp_path / "code.json")
+    seeds = release.seed_rows(path=tmp_path / "code.json")
     assert sorted(seeds) == [0, 1, 2] and set(seeds[2]) == {"none"}
-    s = measure.spread(seeds)
+    s = release.spread(seeds)
     h, e = s["headwise"], s["elementwise"]
     assert (h["f_attn_excess"].seed0, h["f_attn_excess"].low, h["f_attn_excess"].high) == (3.0, 2.0, 3.0)
     assert (h["m_act"].helped, h["m_act"].seeds, h["m_act"].low) == (1, 2, 1.0)  # seed 1: no smaller M-Act
@@ -166,27 +168,27 @@ def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
     assert (h["max_head_64"].helped, e["max_head_64"].high) == (1, 0.5)  # seed 0's headwise head is the stronger
     assert s["none"]["sink_heads_64"].seeds == 2 and s["none"]["max_head_64"].low == 0.5
     with pytest.raises(ValueError, match="needs seed 0"):
-        measure.spread({1: seeds[1]})
+        release.spread({1: seeds[1]})
 
 
 def test_the_recorded_seeds_are_measured_as_the_shipped_models():
     """data/seeds/code.json: seed 0 is the shipped trio's measurements.json, every row names its corpus, precision
     and speed, and each seed holds the three variants once."""
     data_ = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
-    assert data_["protocol"]["windows_sha256"] == measure.stored("code-baseline")["protocol"]["windows_sha256"]
-    seeds = measure.seed_rows()
+    assert data_["protocol"]["windows_sha256"] == release.stored("code-baseline")["protocol"]["windows_sha256"]
+    seeds = release.seed_rows()
     assert set(seeds[0]) == set(NAMES) and len(seeds) >= 2
     for v, r in seeds[0].items():
-        assert r.m_act == measure.stored(f"code-{NAMES[v]}")["m_act"]
+        assert r.m_act == release.stored(f"code-{NAMES[v]}")["m_act"]
     for r in data_["rows"]:
         assert r["precision"] in ("fp32", "bf16") and len(r["corpus_sha256"]) == 64 and r["tokens_per_s"] > 0
     assert len(data_["rows"]) == len({(r["seed"], r["variant"]) for r in data_["rows"]})
 
 
 def test_the_lessons_and_readmes_state_each_number_with_its_range():
-    s = measure.spread(measure.seed_rows())
+    s = release.spread(release.seed_rows())
     n = s["none"]["sink_heads_64"].seeds
-    lines = measure.spread_lines(s)
+    lines = release.spread_lines(s)
     assert lines[0] == f"over {n} seeds, seed 0's value (the shipped models) and the range over the seeds:"
     x = s["elementwise"]["m_act"]
     assert f"M-Act {x.seed0:.1f}x ({x.low:.1f}-{x.high:.1f}x, smaller in {x.helped} of {n} seeds)" in lines[3]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from colab_env import ROOT, clean_env, git_files, wheel_env
 
-import minigate
-from minigate import data, measure
+from minigate import data
+from minigate.course import release
 
 pytestmark = pytest.mark.slow  # builds and installs the wheel
 DATA = sorted(f.removeprefix("data/") for f in git_files() if f.startswith("data/"))
@@ -25,14 +25,15 @@ FIX = ('widen [tool.setuptools.package-data] "minigate._data" in pyproject.toml 
 
 PROBE = """import json, sys, sysconfig
 import minigate
-from minigate import data, measure
+from minigate import data
 from minigate.resources import DATA_DIR
+from minigate.course import release
 print(json.dumps({
     "minigate": minigate.__file__, "data": str(DATA_DIR), "site": sysconfig.get_paths()["purelib"],
     "absent": [f for f in json.loads(sys.argv[1]) if not (DATA_DIR / f).is_file()],
-    "seeds": {p.stem: sorted(measure.seed_rows(p.stem)) for p in (DATA_DIR / "seeds").glob("*.json")},
+    "seeds": {p.stem: sorted(release.seed_rows(p.stem)) for p in (DATA_DIR / "seeds").glob("*.json")},
     "prompts": {k: len(v) for k, v in data.load_prompts().items()},
-    "vocab": data.load_tokenizer().get_vocab_size(), "shipped": minigate.shipped_names()}))"""
+    "vocab": data.load_tokenizer().get_vocab_size(), "shipped": release.shipped_names()}))"""
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +64,8 @@ def test_an_installed_minigate_reads_its_data(installed, tmp_path):
     assert Path(found["data"]) == site / "minigate" / "_data"  # the installed copy, not the checkout's data/
     assert not found["absent"], f"installed minigate lacks {found['absent'][:8]}: {FIX}"
     # what the lessons read, the same as from the checkout: the seeds (lessons 04 and 08), prompts, tokenizer, models
-    assert found["seeds"] == {Path(f).stem: sorted(measure.seed_rows(Path(f).stem)) for f in DATA
+    assert found["seeds"] == {Path(f).stem: sorted(release.seed_rows(Path(f).stem)) for f in DATA
                               if f.startswith("seeds/") and f.endswith(".json")}
     assert found["prompts"] == {k: len(v) for k, v in data.load_prompts().items()}
     assert found["vocab"] == data.load_tokenizer().get_vocab_size()
-    assert found["shipped"] == minigate.shipped_names()
+    assert found["shipped"] == release.shipped_names()

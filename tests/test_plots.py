@@ -308,17 +308,17 @@ def test_head_table_on_a_log_scale_spans_the_numbers_and_formats_them():
 
 
 def test_scorecard_grid_colours_each_cell_by_its_verdict():
-    from minigate.course.scorecard import CLAIMS, Entry
+    from minigate.course.scorecard import CLAIMS, VERDICT_COLORS, Entry, draw
 
     entries = [Entry("f_attn", "paper", "0.467 -> 0.048", ""), Entry("f_attn", "code", "2.0x", "partly"),
                Entry("m_act", "code", "77 -> 32", "contradicted"), Entry("m_act", "copy", "11.7x", "reproduced")]
-    fig = plots.scorecard(entries, CLAIMS, ["paper", "code", "copy"])
+    fig = draw(entries, CLAIMS, ["paper", "code", "copy"])
     ax = fig.axes[0]
     colours = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches}
     to_rgba = matplotlib.colors.to_rgba
-    assert colours[1, 0] == to_rgba(plots.VERDICT_COLORS["partly"])        # f_attn row, code column
-    assert colours[1, 1] == to_rgba(plots.VERDICT_COLORS["contradicted"])  # m_act row, code column
-    assert colours[2, 1] == to_rgba(plots.VERDICT_COLORS["reproduced"])
+    assert colours[1, 0] == to_rgba(VERDICT_COLORS["partly"])        # f_attn row, code column
+    assert colours[1, 1] == to_rgba(VERDICT_COLORS["contradicted"])  # m_act row, code column
+    assert colours[2, 1] == to_rgba(VERDICT_COLORS["reproduced"])
     assert colours[0, 0] == to_rgba("white") and colours[2, 0] != colours[0, 0]  # the paper's claim; a missing cell
     assert [t.get_text() for t in ax.get_xticklabels()] == ["paper", "code", "copy"]
     assert len(ax.get_yticklabels()) == 2  # only the claims with entries
@@ -331,13 +331,13 @@ def test_scorecard_grid_colours_each_cell_by_its_verdict():
 
 
 def test_scorecard_grid_groups_claims_by_source_hatches_fragile_cells_and_adds_the_claims_verdict():
-    from minigate.course.scorecard import CLAIMS, SOURCES, Entry
+    from minigate.course.scorecard import CLAIMS, SOURCES, Entry, draw
 
     entries = [Entry("f_attn", "code", "2.0x", "partly"),
                Entry("f_attn", "copy", "0.7x", "contradicted", ("one model",)),
                Entry("bos", "code", "0.89x", "contradicted", ("one model",))]
     verdicts = {"f_attn": ("partly", False), "bos": ("contradicted", True)}
-    fig = plots.scorecard(entries, CLAIMS, ["code", "copy"], verdicts=verdicts, sources=SOURCES)
+    fig = draw(entries, CLAIMS, ["code", "copy"], verdicts=verdicts, sources=SOURCES)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["code", "copy", "the claim"]
     assert [t.get_text() for t in ax.get_yticklabels()] == [CLAIMS["f_attn"].short, CLAIMS["bos"].short]

@@ -81,7 +81,7 @@ def test_the_sources_are_the_generated_ones():
     assert {"README.md (headline code, scripts/readme.py)", "README.md (seedline code, scripts/readme.py)",
             "data/checkpoints/README.md (table code, scripts/readme.py)",
             "data/checkpoints/README.md (table code-moe, scripts/readme.py)",
-            "data/seeds/code.json (measure.spread_lines)", "docs/gpu.md (tables)"} <= names
+            "data/seeds/code.json (release.spread_lines)", "docs/gpu.md (tables)"} <= names
 
 
 def test_the_generated_spans_are_not_prose():

@@ -10,15 +10,16 @@ import minigate
 from minigate import data, measure
 from minigate.cli import main
 from minigate.course.prose import generated_spans, marker
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
 from minigate.presets import NAMES
 from minigate.runs import RunFolder
+from minigate.course import release
 
 from scripts import readme, seeds, ship
 
 
 def test_thin_keeps_every_tenth_step_and_all_evaluations():
-    history = minigate.shipped_run("text-baseline")["history"]
+    history = release.shipped_run("text-baseline")["history"]
     thin = ship.thin(dict(history, info={"tokenizer": "/home/someone/course/data/tokenizer.json"}), every=10)
     assert thin["step"][:-1] == [s for s in history["step"] if s % 10 == 0][:len(thin["step"]) - 1]
     assert thin["step"][-1] == history["step"][-1] and thin["val_loss"] == history["val_loss"]
@@ -67,8 +68,8 @@ def test_every_generated_span_of_the_readmes_is_what_the_stored_numbers_render()
     """One source: the READMEs' tables and sentences, between scripts/readme.py's markers, are rendered from the
     measurements.json files and data/seeds/<preset>.json, measured by the published protocol."""
     for preset in ("code", "code-moe"):
-        for r in measure.shipped_rows(preset).values():
-            stored = measure.stored(r.name)
+        for r in release.shipped_rows(preset).values():
+            stored = release.stored(r.name)
             assert stored["protocol"]["function"] == "analysis.published_measures"
             assert stored["protocol"]["windows"] == 75 and r.sink_heads_64 == round(r.sink_rate_64 * r.heads)
     rendered = readme.rendered()
@@ -90,7 +91,7 @@ def test_the_readme_figure_draws_the_shipped_numbers(tmp_path):
 
     from PIL import Image
 
-    rows = measure.shipped_rows("code")
+    rows = release.shipped_rows("code")
     want = {k: [getattr(rows[v], k) for v in NAMES] for k in ("sink_heads_64", "f_attn_excess", "m_act")}
     stored = json.loads(Image.open(readme.FIGURE).info["Description"])
     assert stored == want, "docs/effect.png is stale: run python -m scripts.readme"
@@ -123,7 +124,7 @@ def test_the_docs_and_lessons_that_state_the_shipped_numbers_are_found():
     assert [p.name[:2] for p in lessons] == ["04", "07", "08"]  # call measure_*, name "code" (03 shows the histories)
     docs, lessons = ship.shown_in(preset="code-moe")  # the MoE pair: its table, and lesson 08 (not 03, 04, 07)
     assert [p.parent.name for p in docs] == ["checkpoints"] and [p.name[:2] for p in lessons] == ["08"]
-    assert measure.shipped_variants("code") == list(NAMES) and measure.shipped_variants("code-moe") == ["none",
+    assert release.shipped_variants("code") == list(NAMES) and release.shipped_variants("code-moe") == ["none",
                                                                                                        "elementwise"]
 
 
@@ -132,8 +133,8 @@ def test_shown_in_tells_the_presets_apart(tmp_path):
     f"P-{name}"): "code-moe-..."
     is not a code model, and a lesson that names a model without measuring it shows nothing."""
     (tmp_path / "solutions").mkdir()
-    cells = {"01": 'measure.measure_preset("code")', "02": 'measure_shipped("code-moe-baseline")',
-             "03": 'measure.measure_shipped(f"code-{name}")', "04": 'minigate.shipped("code-baseline")'}
+    cells = {"01": 'release.measure_preset("code")', "02": 'measure_shipped("code-moe-baseline")',
+             "03": 'release.measure_shipped(f"code-{name}")', "04": 'release.shipped("code-baseline")'}
     for n, src in cells.items():
         (tmp_path / "solutions" / f"{n}_x.ipynb").write_text(json.dumps({"cells": [{"source": src}]}))
     assert [p.name[:2] for p in ship.shown_in(tmp_path, "code")[1]] == ["01", "03"]
@@ -178,7 +179,7 @@ def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sent
     assert seeds.main(["--preset", "code", "--rows", str(SHIPPED_DIR.parent / "seeds" / "code.json"),
                        "--out", str(out)]) == 0
     assert out.read_text() == (SHIPPED_DIR.parent / "seeds" / "code.json").read_text()
-    sentence = readme.seed_sentence(measure.spread(measure.seed_rows("code", out)), "code")
+    sentence = readme.seed_sentence(release.spread(release.seed_rows("code", out)), "code")
     assert sentence == readme.rendered()["seeds", "code"] and "6 (6-6) of 16 in the baseline" in sentence
 
 
@@ -196,7 +197,7 @@ def test_the_bar_names_each_failure(measurement):
 def test_every_shipped_preset_meets_the_bar_but_not_every_aim(preset):
     """The one bar (ship.bar), run on the stored rows; the 3x aim it replaced is missed by the code models' M-Act
     (1.9x and 2.4x), which the release script reports without failing."""
-    rows = measure.shipped_rows(preset)
+    rows = release.shipped_rows(preset)
     assert [what for what, holds in ship.bar(rows) if not holds] == []
     x = measure.ratios(rows)
     if preset == "code":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minigate import rows
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
 
 DATA = SHIPPED_DIR.parent
 ROOT = DATA.parent

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minigate import measure
 from minigate.analysis import published_measures
 from minigate.course import ROOT
 from minigate.course import scaling
 from minigate.course import scorecard as sc
 from minigate.course.published import REPORTED_CLOSED
+from minigate.course import release
 
 EPS = 1e-6
 Iv = sc.Interval
@@ -312,7 +312,7 @@ def test_the_scorecard_states_the_stored_measurements(card):
     code-moe column the shipped pair measured again, window by window (checked against measurements.json)."""
     e = {(x.claim, x.setting): x for x in card}
     for setting, n_heads in (("code", 16), ("code-gpu", 48)):
-        seeds = measure.seed_rows(setting)
+        seeds = release.seed_rows(setting)
         s0 = seeds[0]
         assert e["m_act", setting].value.startswith(f"{s0['none'].m_act:.0f} -> ")
         assert e["sink heads", setting].value.startswith(f"{round(s0['none'].sink_rate_64 * n_heads)} -> ")
@@ -323,7 +323,7 @@ def test_the_scorecard_states_the_stored_measurements(card):
     assert e["m_act", "study"].value.endswith(f"; {study.name}: {study.about})")
     variants = set().union(*study.seeds.values())  # a trio, or a baseline and elementwise pair
     assert e["m_act", "study"].evidence.models == sum(set(r) == variants for r in study.seeds.values())
-    stored = measure.shipped_rows("code-moe")
+    stored = release.shipped_rows("code-moe")
     assert e["m_act", "code-moe"].value.startswith(f"{stored['none'].m_act:.0f} -> {stored['elementwise'].m_act:.0f}")
     assert {x.setting for x in card} == set(sc.SETTINGS) and {x.claim for x in card} == set(sc.CLAIMS)
     assert all(x.verdict in sc.VERDICTS for x in card if x.setting != "paper")

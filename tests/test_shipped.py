@@ -8,7 +8,8 @@ import torch
 import minigate
 from minigate import data
 from minigate.analysis import TRACKED
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
+from minigate.course import release
 
 TEXT = ("text-baseline", "text-headwise", "text-elementwise")
 INDUCTION = ("induction-baseline", "induction-headwise", "induction-elementwise")
@@ -16,20 +17,20 @@ CODE = ("code-baseline", "code-headwise", "code-elementwise")
 
 
 def test_every_documented_model_is_shipped_and_the_set_fits_the_budget():
-    assert set(minigate.shipped_names()) >= {"copy-baseline", "copy-headwise", "copy-elementwise", *TEXT, *INDUCTION,
+    assert set(release.shipped_names()) >= {"copy-baseline", "copy-headwise", "copy-elementwise", *TEXT, *INDUCTION,
                                              *CODE}
     size = sum(p.stat().st_size for p in SHIPPED_DIR.parent.rglob("*") if p.is_file())
     assert size < 60e6, f"data/ is {size / 1e6:.1f} MB; the budget is 60 MB"
 
 
-@pytest.mark.parametrize("name", minigate.shipped_names())
+@pytest.mark.parametrize("name", release.shipped_names())
 def test_shipped_metadata_has_no_machine_paths(name):
     for f in ("run.json", "history.json"):
         text = (SHIPPED_DIR / name / f).read_text()
         assert not any(d in text for d in ("/work/", "/root/", "/home/")), f"{name}/{f} names a machine path"
 
 
-@pytest.mark.parametrize("name", minigate.shipped_names())
+@pytest.mark.parametrize("name", release.shipped_names())
 def test_shipped_records_use_todays_names(name):
     """run.json and history.json name the variant `variant`, and the tracker's metrics carry analysis.TRACKED's names
     (with F-Attn above uniform): what lesson 03's GROW display and the plots read, with no translation."""
@@ -43,7 +44,7 @@ def test_shipped_records_use_todays_names(name):
 
 @pytest.mark.parametrize("name", TEXT)
 def test_text_models_match_their_run_and_predict_text(name):
-    model, run = minigate.shipped(name), minigate.shipped_run(name)
+    model, run = release.shipped(name), release.shipped_run(name)
     gate = {"text-baseline": "none", "text-headwise": "headwise", "text-elementwise": "elementwise"}[name]
     assert run["preset"] == "text" and run["variant"] == gate and run["history"]["step"][-1] == 1500
     assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
@@ -69,7 +70,7 @@ def test_induction_models_match_their_run_and_only_the_baseline_has_a_sink_head(
     assert not (x[:, 0] == 0).any(), "the induction rows start with a random first token, never <bos>"
     heads = {}
     for name in INDUCTION:
-        model, run = minigate.shipped(name), minigate.shipped_run(name)
+        model, run = release.shipped(name), release.shipped_run(name)
         assert run["preset"] == "induction" and run["corpus"] == "induction"
         assert run["history"]["step"][-1] == run["train"]["steps"] == 15000
         assert model.cfg.vocab_size == 146
@@ -91,7 +92,7 @@ def test_code_models_show_the_sink_and_the_gate_removing_most_of_it():
     prose = prose_windows(data.DEFAULT_TOKENIZER, limit=16)
     excess, m_act, head, loss = {}, {}, {}, {}
     for name in CODE:
-        model, run = minigate.shipped(name), minigate.shipped_run(name)
+        model, run = release.shipped(name), release.shipped_run(name)
         assert run["preset"] == "code" and run["history"]["step"][-1] == run["train"]["steps"] == 4000
         assert model.cfg.to_dict() == minigate.ModelConfig.from_dict(run["model"]).to_dict()
         sink = attention_sink(model, prose, batch_size=8)
@@ -112,7 +113,7 @@ def test_the_moe_pair_matches_its_run_and_the_baseline_opens_in_transformers():
     from transformers import AutoModelForCausalLM
 
     for name, gate in (("code-moe-baseline", "none"), ("code-moe-elementwise", "elementwise")):
-        model, run = minigate.shipped(name), minigate.shipped_run(name)
+        model, run = release.shipped(name), release.shipped_run(name)
         assert run["preset"] == "code-moe" and run["variant"] == gate
         assert run["history"]["step"][-1] == run["train"]["steps"] == 4000 and len(run["history"]["aux_loss"]) > 0
         assert (model.cfg.n_experts, model.cfg.n_experts_per_token, model.cfg.expert_width) == (8, 2, 192)
@@ -121,5 +122,5 @@ def test_the_moe_pair_matches_its_run_and_the_baseline_opens_in_transformers():
     assert type(hf).__name__ == "Qwen3MoeForCausalLM"
     x = data.encode("def f(x):\n    return x + 1\n", data.load_tokenizer())[None, :32]
     with torch.no_grad():
-        diff = (hf(x).logits - minigate.shipped("code-moe-baseline", dtype=torch.float32)(x)).abs().max().item()
+        diff = (hf(x).logits - release.shipped("code-moe-baseline", dtype=torch.float32)(x)).abs().max().item()
     assert diff < 1e-4, diff

@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 
-from minigate import measure
+from minigate.presets import NAMES
 from minigate.course import scaling
 from minigate.rows import parse, write_rows
 from minigate.course.published import TABLE_4
+from minigate.course import release
 
 pytestmark = pytest.mark.usefixtures("close_figures")
 STUDY = sorted((scaling.DATA / "study").glob("*.json"))
@@ -23,7 +24,7 @@ ROW_KEYS = {"point", "seed", "variant", "name", "seq_len", "windows", "uniform",
 @pytest.mark.parametrize("path", STUDY, ids=[p.stem for p in STUDY])
 def test_every_study_row_is_well_formed_and_measured_as_the_shipped_models(path):
     doc = json.loads(path.read_text())
-    shipped = measure.stored("code-baseline")["protocol"]
+    shipped = release.stored("code-baseline")["protocol"]
     assert {k: doc["protocol"][k] for k in ("prose", "seq_len", "gu_seq_len", "sink_threshold", "function",
                                             "windows", "windows_sha256")} == {
         k: shipped[k] for k in ("prose", "seq_len", "gu_seq_len", "sink_threshold", "function", "windows",
@@ -32,7 +33,7 @@ def test_every_study_row_is_well_formed_and_measured_as_the_shipped_models(path)
     trios = {}
     for r in doc["rows"]:
         assert ROW_KEYS <= set(r), sorted(ROW_KEYS - set(r))
-        assert r["variant"] in measure.NAMES and r["windows"] == 75 and r["seq_len"] == 512
+        assert r["variant"] in NAMES and r["windows"] == 75 and r["seq_len"] == 512
         assert 0 <= r["sink_rate_64"] <= 1 and r["m_act"] > 0 and math.isfinite(r["val_loss_code"])
         assert r["tracker"] and all({"step", "sink_rate_64", "m_act"} <= set(m) for m in r["tracker"])
         trios.setdefault((r["point"], r["seed"]), []).append(r)
@@ -196,7 +197,7 @@ def _queue_script(tmp_path, monkeypatch, seconds):
     monkeypatch.setattr(S, "OUT", tmp_path / "study")
     monkeypatch.setattr(S, "POINTS", {"t": ("size", {}, "a test point")})
     monkeypatch.setattr(S, "QUEUE", [("t", s, ("none", "elementwise")) for s in (0, 1)])
-    digest = measure.stored("code-baseline")["protocol"]["windows_sha256"]
+    digest = release.stored("code-baseline")["protocol"]["windows_sha256"]
     monkeypatch.setattr(S.measure, "prose_windows", lambda *a, **k: None)
     monkeypatch.setattr(S.measure, "windows_digest", lambda prose: digest)
     started, written = {}, []

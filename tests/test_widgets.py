@@ -7,7 +7,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from minigate import ModelConfig, Transformer, widgets  # noqa: E402
+from minigate import ModelConfig, Transformer  # noqa: E402
+from minigate.course import widgets  # noqa: E402
 from minigate.data import get_tokenizer  # noqa: E402
 
 PNG = b"\x89PNG"

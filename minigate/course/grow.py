@@ -42,7 +42,8 @@ import torch
 
 from .. import measure, runs
 from ..presets import NAMES, PRESETS, VARIANTS
-from ..pretrained import SEEDS_DIR, shipped_run
+from . import release
+from .release import SEEDS_DIR, shipped_run
 from ..runfolder import RunLock, lock_holder
 from ..runs import RunFolder
 from .grow_view import GrowView
@@ -273,10 +274,10 @@ class Grow(GrowView):
                     measure.write_measurements(folder, row, prose)
         mine = self.corpus()
         trios, apart = {"yours": yours}, []  # apart: the course's trios on another corpus, named but not set beside
-        if measure.shipped_variants(self.preset) == list(NAMES):
+        if release.shipped_variants(self.preset) == list(NAMES):
             theirs = corpus_of(shipped_run(f"{self.preset}-baseline"))
             if theirs[0] == mine[0]:
-                trios = {"shipped": measure.shipped_rows(self.preset), **trios}
+                trios = {"shipped": release.shipped_rows(self.preset), **trios}
             else:
                 apart.append(f"the shipped trio read {_corpus_text(theirs)}")
         lines = [f"{'':8s} {'model':20s} {'sink heads, T=64':>17s} {'strongest, T=64':>16s} {'above uniform':>14s} "
@@ -298,7 +299,7 @@ class Grow(GrowView):
             if not others:  # like with like: every seed read the corpus yours read
                 first = "the shipped models" if "shipped" in trios else "one of the course's runs"
                 lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
-                lines += measure.spread_lines(measure.spread(measure.seed_rows(self.preset)), seed0=first)
+                lines += release.spread_lines(release.spread(release.seed_rows(self.preset)), seed0=first)
             else:
                 apart.append(f"the course's seeds (data/seeds/{seeds.name}) read " + "; ".join(
                     _corpus_text(c) for c in others))

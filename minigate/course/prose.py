@@ -112,11 +112,11 @@ def generated_sources(root: Path) -> dict[str, str]:
     """{source: its text}: what the README may state numbers from. Every solutions notebook's outputs; the READMEs'
     generated text (README.md's and data/checkpoints/README.md's marked spans: each shipped preset's table and sentence
     and each recipe's seeds sentence, which tests/test_release.py holds to measurements.json and data/seeds); each
-    data/seeds/<preset>.json as the lessons print it (measure.spread_lines); the tables of docs/gpu.md; and the
+    data/seeds/<preset>.json as the lessons print it (release.spread_lines); the tables of docs/gpu.md; and the
     lessons' study times as the README adds them up."""
     import nbformat
 
-    from minigate import measure
+    from minigate.course import release
 
     from .study import study_minutes
 
@@ -127,8 +127,8 @@ def generated_sources(root: Path) -> dict[str, str]:
         for (kind, preset), text in generated_spans(doc.read_text(encoding="utf-8")).items():
             sources[f"{doc.relative_to(root).as_posix()} ({kind} {preset}, scripts/readme.py)"] = text
     for path in sorted((root / "data" / "seeds").glob("*.json")):
-        sources[f"data/seeds/{path.name} (measure.spread_lines)"] = "\n".join(
-            measure.spread_lines(measure.spread(measure.seed_rows(path.stem, path))))
+        sources[f"data/seeds/{path.name} (release.spread_lines)"] = "\n".join(
+            release.spread_lines(release.spread(release.seed_rows(path.stem, path))))
     gpu = root / "docs" / "gpu.md"
     sources["docs/gpu.md (tables)"] = "\n".join(line for line in gpu.read_text().splitlines() if line.startswith("|"))
     minutes = {p.name[:2]: study_minutes(nbformat.read(p, as_version=4))

@@ -25,7 +25,7 @@ import torch
 from ..measure import ratios
 from ..model import Transformer
 from ..presets import GATED, PRESETS, model_config
-from ..pretrained import SEEDS_DIR, SHIPPED_DIR
+from .release import SEEDS_DIR, SHIPPED_DIR
 from ..rows import Row, read_rows
 from .published import TABLE_4_RATIOS
 

@@ -23,12 +23,12 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
 
-from . import ablation as ab
-from . import overrides as ov
-from . import plots
-from .analysis import uniform_first_token_share
-from .gate_analysis import encode_prompt, gate_scores, gated_layers
-from .hooks import get_act_name
+from .. import ablation as ab
+from .. import overrides as ov
+from .. import plots
+from ..analysis import uniform_first_token_share
+from ..gate_analysis import encode_prompt, gate_scores, gated_layers
+from ..hooks import get_act_name
 
 IPYWIDGETS_7 = int(W.__version__.split(".")[0]) < 8
 VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -137,7 +137,7 @@ def _windows_for(models: dict, windows, n_tokens: int) -> tuple[int, int]:
     """Check the inputs of models_attention_explorer; (n_layers, n_heads) the models share."""
     if not models:
         raise ValueError("no models given: pass {name: model}, e.g. {'code-baseline': "
-                         "minigate.shipped('code-baseline')}")
+                         "release.shipped('code-baseline')}")
     shapes = {name: (m.cfg.n_layers, m.cfg.n_heads) for name, m in models.items()}
     if len(set(shapes.values())) > 1:
         raise ValueError(f"the models differ in (layers, heads) {shapes}: pass models of one shape, whose layer and "

@@ -16,7 +16,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from minigate.pretrained import SHIPPED_DIR
+from minigate.course.release import SHIPPED_DIR
 from minigate.presets import NAMES
 from scripts import ship  # the release pipeline
 

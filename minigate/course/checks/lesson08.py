@@ -177,7 +177,7 @@ def anonymous_models(seed: int = 0) -> dict[str, Snapshot]:
     """The lesson's six: the shipped code trio on 16 held-out prose windows of 64 tokens and the copy trio on 16 rows,
     shuffled and named A-F. reveal(seed) says which is which."""
     from ... import data, measure
-    from ...pretrained import shipped
+    from ..release import shipped
 
     prose = measure.prose_windows(data.DEFAULT_TOKENIZER)[:16, :64]
     rows = data.copy_task(16, seed=11)[:, :-1]
@@ -214,7 +214,7 @@ def _unseen(seed: int, gate: str, granularity: str = "headwise", n_layers: int =
 def held_out() -> list[tuple[str, list[tuple[Snapshot, bool]]]]:
     """The check's models, none of them shown in the lesson: (what they are, [(snapshot, has a gate)])."""
     from ... import data
-    from ...pretrained import shipped
+    from ..release import shipped
 
     rows = data.induction_task(16, seed=12)[:, :-1]
     trained = [(snapshot(shipped(f"induction-{n}"), rows), n != "baseline")

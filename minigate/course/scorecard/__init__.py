@@ -42,10 +42,13 @@ from __future__ import annotations
 import textwrap
 
 from minigate import data, measure
-from minigate.pretrained import shipped
+from minigate.presets import NAMES
+from minigate.course import release
+from minigate.course.release import shipped
 
 from .. import scaling
 from ..published import REPORTED_CLOSED, TABLE_2_LR, TABLE_2_LR_GAP, TABLE_4, TABLE_4_RATIOS
+from .plot import VERDICT_COLORS, draw
 from .losses import LrRuns, chunk_costs, code_chunks, lr_entries, override_entries
 from .rules import (BOS_BAR, CLAIM_VERDICTS, CLAIMS, EXCESS_MIN, GATED, LEVEL, MARGIN, MIXED, N_BOOT, SOURCES,
                     VERDICTS, Claim, Entry, Evidence, Interval, Rule, combine, count_rule, gap_rule, judged,
@@ -57,7 +60,7 @@ __all__ = ["BOS_BAR", "CLAIMS", "CLAIM_VERDICTS", "EXCESS_MIN", "GATED", "LEGEND
            "Interval", "LrRuns", "Rule", "Windows", "chunk_costs", "claim_verdicts", "code_chunks", "combine",
            "count_rule", "explain", "gap_rule", "judged", "lines", "lr_entries", "measure_windows", "override_entries",
            "paper_entries", "ratio_rule", "rules_markdown", "scorecard", "seed_entries", "shipped_windows", "table",
-           "tally", "task_windows", "window_entries", "worst"]
+           "tally", "task_windows", "window_entries", "worst", "figure", "VERDICT_COLORS", "draw"]
 
 SETTINGS = {  # key -> where and how it was measured
     "paper": "the paper: 15B MoE (Table 4), 1.7B dense (Table 2); the 1B release as reported",
@@ -100,7 +103,7 @@ def scorecard(lr: LrRuns | None = None, device="cpu") -> list[Entry]:
     """Every entry: the paper's column, then the settings, measured (the shipped models, on a CPU: seconds)."""
     entries = paper_entries()
     for setting, preset in SEED_PRESETS.items():
-        entries += seed_entries(setting, measure.seed_rows(preset))
+        entries += seed_entries(setting, release.seed_rows(preset))
     study = scaling.largest(scaling.points())
     if study is not None:
         entries += seed_entries("study", study.seeds, f"{study.name}: {study.about}")  # its rows.Row, as stored
@@ -108,9 +111,9 @@ def scorecard(lr: LrRuns | None = None, device="cpu") -> list[Entry]:
     entries += window_entries("code-moe", shipped_windows("code-moe", device, prose), f"{len(prose)} windows")
     for task in ("copy", "induction"):
         entries += window_entries(task, task_windows(task, device), "256 rows")
-    code = {v: shipped(f"code-{n}", device=device) for v, n in measure.NAMES.items()}
+    code = {v: shipped(f"code-{n}", device=device) for v, n in NAMES.items()}
     entries += override_entries("code", code, code_chunks())
-    copy = {v: shipped(f"copy-{n}", device=device) for v, n in measure.NAMES.items()}
+    copy = {v: shipped(f"copy-{n}", device=device) for v, n in NAMES.items()}
     entries += override_entries("copy", copy, data.copy_task(64, seed=3))
     if lr is not None:
         entries += lr_entries(lr)
@@ -141,6 +144,12 @@ def claim_verdicts(entries: list[Entry]) -> dict[str, tuple[str, bool]]:
             v = "reproduced" if clear == {"reproduced"} else "partly"
         out[claim] = (v, not robust)
     return out
+
+
+def figure(entries: list[Entry], title: str = "The claims, as the course measured them"):
+    """The card as one figure: its claims by SETTINGS, grouped by SOURCES, each cell coloured by its verdict, and a
+    last column with each claim's own (claim_verdicts). `draw` (plot.py) draws any entries, claims and settings."""
+    return draw(entries, CLAIMS, list(SETTINGS), verdicts=claim_verdicts(entries), sources=SOURCES, title=title)
 
 
 def tally(entries: list[Entry]) -> dict[str, int]:

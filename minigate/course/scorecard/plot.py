@@ -1,17 +1,21 @@
-"""The course's scorecard as one figure: claims by settings, each cell coloured by its verdict."""
+"""The scorecard as one figure: claims by settings, each cell coloured by its verdict (`figure(card)` in
+__init__.py draws the course's card with its own claims, settings and sources)."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ._style import _finish, _wrap
+from minigate.plots._style import _finish, _wrap
+
+from .rules import CLAIM_VERDICTS, MIXED
 
 
-VERDICT_COLORS = {"reproduced": "#4daf4a", "partly": "#ffd92f", "depends on the setting": "#fdae61",
-                  "within noise": "#c6dbef", "not at this scale": "#bdbdbd", "contradicted": "#e41a1c", "": "#ffffff"}
+# one colour per verdict, in rules.CLAIM_VERDICTS' order (the legend's); "" is the paper's own column
+VERDICT_COLORS = {**dict(zip(CLAIM_VERDICTS, ("#4daf4a", "#ffd92f", "#fdae61", "#c6dbef", "#bdbdbd", "#e41a1c"),
+                             strict=True)), "": "#ffffff"}
 
 
-def scorecard(entries: list, claims: dict, settings: list[str], verdicts: dict | None = None,
+def draw(entries: list, claims: dict, settings: list[str], verdicts: dict | None = None,
               sources: dict | None = None, title: str = "The claims, as the course measured them"):
     """The scorecard (minigate.course.scorecard): one row per claim, grouped by where the claim comes from (a heading
     row per source, `sources` {key: heading}; each claim's `.source`), one column per setting, each cell coloured by
@@ -59,7 +63,7 @@ def scorecard(entries: list, claims: dict, settings: list[str], verdicts: dict |
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    shown = [v for v in VERDICT_COLORS if v and (v != "depends on the setting" or verdicts)]
+    shown = [v for v in VERDICT_COLORS if v and (v != MIXED or verdicts)]
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=VERDICT_COLORS[v]) for v in shown]
     handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, hatch="///", edgecolor="#666666", lw=0))
     ax.legend(handles, [*shown, "fragile (hatched)"], loc="upper center", bbox_to_anchor=(0.5, -0.01),

@@ -1,7 +1,7 @@
 """The sink, F-Attn and M-Act evidence: a recipe's seeds as stored (data/seeds/<preset>.json), or one model per
 variant measured here window by window, so that a bootstrap over the windows gives the intervals.
 
-    seed_entries("code", measure.seed_rows("code"))          # the range over the seeds
+    seed_entries("code", release.seed_rows("code"))          # the range over the seeds
     window_entries("copy", task_windows("copy"), "256 rows")  # 95% bootstraps over the rows (M-Act: random halves)
 """
 
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from minigate import data, measure
+from minigate.presets import NAMES
 from minigate.analysis import SINK_THRESHOLD, PublishedMeasures, published_measures
-from minigate.pretrained import shipped
+from minigate.course import release
+from minigate.course.release import shipped
 
 from .rules import GATED, Entry, Evidence, Interval, boot, combine, halves, iv_text, judged, x_text
 
@@ -72,7 +74,7 @@ def seed_entries(setting: str, seeds: dict[int, dict], about: str = "") -> list[
     the variants any seed has: a trio, or a study point's baseline and elementwise pair; seed 0 first): each
     interval the range over the seeds, seed 0's value its estimate. Sink heads at T=64 (Gu et al.), out of the
     model's heads. `about` follows the seed count in each value: which setting this is."""
-    variants = [v for v in measure.NAMES if any(v in rows for rows in seeds.values())]
+    variants = [v for v in NAMES if any(v in rows for rows in seeds.values())]
     whole = [rows for _, rows in sorted(seeds.items()) if set(rows) == set(variants)]
     over = f"{len(whole)} seed{'s' * (len(whole) > 1)}" + (f"; {about}" if about else "")
     ev = {claim: combine([_seed_evidence(rows)[claim] for rows in whole], over)
@@ -130,13 +132,13 @@ def task_windows(task: str, device="cpu", n: int = 256) -> dict[str, Windows]:
     """The shipped copy or induction trio on lesson 04's held-out rows (seed 3), window by window."""
     rows = {"copy": data.copy_task, "induction": data.induction_task}[task](n, seed=3)[:, :-1]  # (n, 64)
     return {v: measure_windows(shipped(f"{task}-{name}", device=device), rows.to(device))
-            for v, name in measure.NAMES.items()}
+            for v, name in NAMES.items()}
 
 
 def shipped_windows(preset: str, device="cpu", prose: torch.Tensor | None = None) -> dict[str, Windows]:
-    """A shipped natural-data trio or pair on the prose windows, window by window: measure.measure_preset, each model
+    """A shipped natural-data trio or pair on the prose windows, window by window: release.measure_preset, each model
     checked against its measurements.json."""
-    return {v: Windows.of(m) for v, m in measure.measure_preset(preset, device, prose).items()}
+    return {v: Windows.of(m) for v, m in release.measure_preset(preset, device, prose).items()}
 
 
 def window_entries(setting: str, rows: dict[str, Windows], over: str) -> list[Entry]:

@@ -102,7 +102,7 @@ class Perplexity:
 
     ppl: float
     chunk_losses: torch.Tensor  # (n_chunks,) float64: mean next-token loss (nats) of each chunk
-    ci: tuple[float, float] | None  # bootstrap interval of ppl, resampling whole chunks (None if ci=False)
+    ci: tuple[float, float] | None  # bootstrap interval of ppl, resampling sequences: the chunks (None if ci=False)
     n_tokens: int  # tokens scored: n_chunks * chunk_len
 
     @property
@@ -116,7 +116,7 @@ class Perplexity:
 
 def _ppl_ci(chunk_losses: torch.Tensor, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Bootstrap interval of exp(mean loss), resampling whole chunks: tokens inside a chunk are far from
-    independent, chunks are the unit. exp is monotone, so the interval of the mean loss maps over."""
+    independent, chunks (the sequences) are the unit. exp is monotone, so the interval of the mean loss maps over."""
     _, lo, hi = bootstrap_ci(chunk_losses, n_boot=n_boot, ci=level, seed=seed)
     return math.exp(lo.item()), math.exp(hi.item())
 

@@ -4,8 +4,8 @@
   (layer, head); averaged over heads, then layers.
 - Sink rate (Gu et al., 2025): share of (layer, head) pairs whose mean first-token attention > 0.3.
 - M-Act (massive activations): max |residual-stream value| output by each layer.
-- Uncertainty: SinkStats.ci() uses stats.bootstrap_ci, which resamples prompts or chunks, never tokens. M-Act is
-  a maximum, for which a bootstrap interval is unreliable, so it has none.
+- Uncertainty: SinkStats.ci() uses stats.bootstrap_ci, which resamples whole sequences (prompts or chunks), never
+  tokens. M-Act is a maximum, for which a bootstrap interval is unreliable, so it has none.
 
 The gates are measured in gate_analysis.py (`gate_scores(model, prompts)` -> GateScores, with the views an independent
 analysis of the 1B checkpoints reported: distribution, per layer / head, first token vs rest, per input type, per

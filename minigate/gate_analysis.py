@@ -23,7 +23,7 @@ percentile is > 0.9, and *input-dependent* otherwise (it moves with the input, o
 Means pool all tokens (a long prompt counts more), as that analysis's numbers do.
 
 Error bars: `ci=True` (95%) or `ci=0.9` on any aggregate gives a bootstrap interval that resamples
-prompts, or the rows of a (batch, pos) token tensor (chunks), never single tokens (see stats.py).
+whole sequences (prompts, or the rows of a (batch, pos) token tensor), never single tokens (see stats.py).
 
 Memory: one float32 per gate value per token, (token, layer, head[, d_head]). The 1B elementwise
 model has 28 * 16 * 128 gates per token (230 KB); pass layers=[...] or fewer tokens for big runs.

@@ -1,8 +1,9 @@
-"""Bootstrap confidence intervals that resample whole units (prompts or chunks), vectorized in torch.
+"""Bootstrap confidence intervals that resample whole sequences, vectorized in torch. The resampling unit is the
+*sequence*: one row the model reads whole (a prompt, a chunk of an ablation, a measured window, a task row).
 
-Tokens of one prompt are not independent draws: a code prompt keeps its gates low at every token,
-so an interval from resampled *tokens* is far too narrow. We resample units instead: draw n_units
-units with replacement, recompute the statistic, repeat n_boot times, and report the middle `ci`
+Tokens of one sequence are not independent draws: a code prompt keeps its gates low at every token,
+so an interval from resampled *tokens* is far too narrow. We resample sequences instead: draw n_units
+sequences with replacement, recompute the statistic, repeat n_boot times, and report the middle `ci`
 of those n_boot values (the percentile interval).
 
     est, low, high = bootstrap_ci(loss_per_chunk)                         # mean over chunks
@@ -70,7 +71,8 @@ def bootstrap_ci(values_per_unit, stat=torch.mean, n_boot: int = 1000, ci: float
     x = torch.as_tensor(values_per_unit).double()
     n = x.shape[0] if x.dim() else 0
     if n < 2:
-        raise ValueError(f"a bootstrap needs at least 2 units (prompts or chunks), got {n}")
+        raise ValueError(f"a bootstrap needs at least 2 sequences (prompts, chunks or windows), got {n}; "
+                         "pass one value per sequence")
     if not 0 < ci < 1:
         raise ValueError(f"ci={ci} is the interval's coverage, a number between 0 and 1 (e.g. 0.95)")
     g = torch.Generator().manual_seed(seed)

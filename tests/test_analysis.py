@@ -308,7 +308,7 @@ def test_bootstrap_fast_mean_equals_the_general_path_and_weights_pool_tokens(tok
     assert med.estimate == x[:, 0, 0].median() and med.low <= med.estimate <= med.high
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(values_per_unit=[1.0]), "at least 2 units"),
+@pytest.mark.parametrize("kwargs, match", [(dict(values_per_unit=[1.0]), "at least 2 sequences"),
                                            (dict(values_per_unit=[1.0, 2.0], ci=95), "between 0 and 1"),
                                            (dict(values_per_unit=[1.0, 2.0], weights=[1, 1], stat=torch.median),
                                             "stat=torch.mean only")])

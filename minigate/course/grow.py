@@ -6,7 +6,7 @@
     g.status()           # {variant: Progress}: the step each run has reached, read from its folder and log
     g.show()             # a progress bar per model and the tracker's curves, redrawn as they arrive
     g.stop()             # checkpoints the model in training and ends the background process; start() resumes
-    g.compare(prose)     # the finished trio measured here, beside the course's numbers for its recipe
+    g.compare(prose)     # the finished trio measured here, beside the course's numbers (grow_view.py)
 
 Each model is `minigate train --preset P --variant V --out runs/P-seedN/NAME --set seed=N --progress json` (`--resume`
 when its folder has a checkpoint; runs.RunFolder: the layout and command of every preset's runs), a process of its own
@@ -42,8 +42,6 @@ import torch
 
 from .. import measure, runs
 from ..presets import NAMES, PRESETS, VARIANTS
-from . import release
-from .release import SEEDS_DIR, shipped_run
 from ..runfolder import RunLock, lock_holder
 from ..runs import RunFolder
 from .grow_view import GrowView
@@ -187,8 +185,7 @@ class Grow(GrowView):
                         continue
                     with open(self.log(variant), "a") as log:
                         rc = subprocess.run(self.command(variant), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=dict(os.environ, TQDM_MININTERVAL="2")
-                                            ).returncode
+                                            stdin=subprocess.DEVNULL).returncode
                     if rc != 0:
                         what = "stopped" if stop else f"minigate train exited with {rc}"
                         print(f"{NAMES[variant]}: {what}; see {self.log(variant)}", flush=True)
@@ -261,59 +258,6 @@ class Grow(GrowView):
             return None
         return {v: measure.measure_folder(self.folder(v), prose, device, name=f"yours-{NAMES[v]}") for v in VARIANTS}
 
-    def compare(self, prose: torch.Tensor, device="cpu") -> str:
-        """The finished trio measured on `prose`, beside the course's numbers for the same recipe: the shipped trio
-        where there is one (`code`), and the range over the recipe's seeds (data/seeds/<preset>.json). "" until all
-        three are finished."""
-        yours = self.measure(prose, device)
-        if yours is None:
-            return ""
-        for v, row in yours.items():  # beside each run, and in the kept copy (lesson 04 reads it on another runtime)
-            for folder in (self.folder(v), *([self.keep / NAMES[v]] if self.keep else [])):
-                if folder.is_dir():
-                    measure.write_measurements(folder, row, prose)
-        mine = self.corpus()
-        trios, apart = {"yours": yours}, []  # apart: the course's trios on another corpus, named but not set beside
-        if release.shipped_variants(self.preset) == list(NAMES):
-            theirs = corpus_of(shipped_run(f"{self.preset}-baseline"))
-            if theirs[0] == mine[0]:
-                trios = {"shipped": release.shipped_rows(self.preset), **trios}
-            else:
-                apart.append(f"the shipped trio read {_corpus_text(theirs)}")
-        lines = [f"{'':8s} {'model':20s} {'sink heads, T=64':>17s} {'strongest, T=64':>16s} {'above uniform':>14s} "
-                 f"{'M-Act':>6s} {'val loss':>9s}"]
-        for v in VARIANTS:
-            for who, trio in trios.items():
-                r = trio[v]
-                lines.append(f"{who:8s} {r.name:20s} {r.sink_heads_64:>12d} / {r.heads} {r.max_head_64:16.2f} "
-                             f"{r.f_attn_excess:14.3f} {r.m_act:6.1f} {r.val_loss_code:9.3f}")
-        for who, trio in trios.items():
-            x = measure.ratios(trio)
-            lines.append(f"{who}: baseline / gated, F-Attn above uniform " + ", ".join(
-                f"{x[g]['f_attn_excess']:.1f}x ({g})" for g in x) + "; M-Act " + ", ".join(
-                f"{x[g]['m_act']:.1f}x ({g})" for g in x))
-        seeds = SEEDS_DIR / f"{self.preset}.json"
-        if seeds.is_file():
-            rows = json.loads(seeds.read_text())["rows"]
-            others = sorted({(r.get("corpus_sha256"), r.get("corpus_files")) for r in rows} - {mine})
-            if not others:  # like with like: every seed read the corpus yours read
-                first = "the shipped models" if "shipped" in trios else "one of the course's runs"
-                lines += ["", f"the course's seeds of the {self.preset} recipe (data/seeds/{seeds.name}),"]
-                lines += release.spread_lines(release.spread(release.seed_rows(self.preset)), seed0=first)
-            else:
-                apart.append(f"the course's seeds (data/seeds/{seeds.name}) read " + "; ".join(
-                    _corpus_text(c) for c in others))
-        if apart:
-            lines += ["", f"yours read {_corpus_text(mine)}; not set beside yours, as a gap could come from the data "
-                      "as well as the seed: " + "; ".join(apart)]
-        return "\n".join(lines)
-
-    def corpus(self) -> tuple[str | None, int | None]:
-        """(SHA-256, files) of the python-code corpus the trio's baseline read (run.json); (None, None) unrecorded."""
-        folder = self.folder("none")
-        run_json = folder / "run.json" if (folder / "run.json").is_file() else folder / "model" / "run.json"
-        return corpus_of(json.loads(run_json.read_text())) if run_json.is_file() else (None, None)
-
     def estimate(self, steps: int = 6, warmup: int = 3, device: str | None = None) -> dict[str, float]:
         """Minutes per model on this machine: `warmup` + `steps` training steps of each model on random tokens, with
         the configs its run will have (the recipe and this Grow's `sets`: its precision, and torch.compile where the
@@ -380,17 +324,6 @@ def _any_running(processes: list[psutil.Process]) -> bool:
         except psutil.AccessDenied:  # it runs, out of this process's reach
             return True
     return False
-
-
-def corpus_of(run_json: dict) -> tuple[str | None, int | None]:
-    """(SHA-256, files) of the python-code corpus a run read, from its run.json."""
-    code = run_json.get("python_code", {})
-    return code.get("sha256"), code.get("files")
-
-
-def _corpus_text(corpus: tuple) -> str:
-    sha, files = corpus
-    return f"python-code {sha[:12]} ({files:,} files)" if sha else "a corpus it did not record"
 
 
 def find_grown(seed: int = 0, roots=("runs",)) -> Grow | None:

@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 
 from .checks import PASSED_RE, not_implemented_notice
 from .checks.grade import set_nbgrader
 from .header import set_header
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbformat (and jsonschema under it) costs seconds to import: only where a notebook is read
+    import nbformat
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
@@ -81,6 +85,8 @@ def without_answers(nb: nbformat.NotebookNode) -> None:
 
 def lesson_from_solution(nb: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
     """The lesson notebook for one solutions notebook (a new object; `nb` is left untouched)."""
+    import nbformat
+
     lesson = nbformat.from_dict(nb)  # deep copy
     set_header(lesson, f"lessons/{Path(name).name}")
     without_answers(lesson)
@@ -101,6 +107,8 @@ def lesson_from_solution(nb: nbformat.NotebookNode, name: str = "") -> nbformat.
 
 def render(nb: nbformat.NotebookNode) -> str:
     """Stable JSON text of a notebook: what nbformat.write would store."""
+    import nbformat
+
     text = nbformat.writes(nb)
     return text if text.endswith("\n") else text + "\n"
 
@@ -108,6 +116,8 @@ def render(nb: nbformat.NotebookNode) -> str:
 def build(solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons", check: bool = False) -> list[str]:
     """Write (or with check=True, only compare) every lesson, and the header cells of every solution.
     Returns the names of the stale or orphaned lessons, and "solutions/<name>" for stale headers."""
+    import nbformat
+
     stale, expected = [], set()
     for src in sorted(solutions.glob(NOTEBOOK_GLOB)):
         expected.add(src.name)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbformat (and jsonschema under it) costs seconds to import: only where a notebook is read
+    import nbformat
+
 
 # The GitHub repository (owner/name) and the release tag (or commit) that the badges open and the Colab set-up cell
 # installs. A fork changes this one line and runs `python -m minigate.course build`. REF is pinned: a later push to

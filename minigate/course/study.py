@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 
 from .build import ANSWERS, STUB, stub_source
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbformat (and jsonschema under it) costs seconds to import: only where a notebook is read
+    import nbformat
 
 
 EXERCISE_BUDGET = re.compile(r"^#{2,3} Exercise\b[^\n]*\(about (\d+) minutes\)", re.M)  # a heading's own budget
@@ -68,6 +72,8 @@ def words(text: str) -> int:
 
 def prose_stretches(nb: nbformat.NotebookNode) -> list[tuple[int, int]]:
     """(first markdown cell, words) of each run of markdown cells with no code cell between them."""
+    import nbformat
+
     runs, start, n = [], None, 0
     for i, cell in enumerate([*nb.cells, nbformat.v4.new_code_cell()]):
         if cell.cell_type == "markdown":
@@ -93,6 +99,8 @@ def counts(root) -> dict:
     """What the editor's limits (LIMITS) hold: {"readme": words, "lessons": total words, "per_lesson": {stem: (words,
     (cell, longest prose stretch), (cell, wordiest output))}}; words of each lesson's markdown (lessons/), outputs from
     solutions/, where they are stored."""
+    import nbformat
+
     from pathlib import Path
 
     root = Path(root)

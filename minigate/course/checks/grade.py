@@ -26,11 +26,13 @@ import os
 import re
 import sys
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from . import LESSONS
 from .engine import GRADING_ENV, NOT_ATTEMPTED_RE, PASSED_RE
+
+if TYPE_CHECKING:  # nbformat costs seconds to import: only where a notebook is read
+    import nbformat
 
 CHECK_CELL_RE = re.compile(r"^\s*\w+\s*=\s*checks\.(\w+)\(", re.M)
 LESSON_FILE_RE = re.compile(r"(?<![0-9])([0-9]{2})_[A-Za-z]")  # 04_sinks_....ipynb, Copy of 04_sinks_....ipynb
@@ -137,6 +139,8 @@ def grade_notebook(path: Path, timeout: int = 600) -> dict[str, tuple[str, str]]
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
+    import nbformat
+
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, km=_kernel_manager(), timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
                             resources={"metadata": {"path": str(Path(path).parent.resolve())}})
@@ -227,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.notebooks:
         try:
             results[str(path)] = grade_notebook(path, args.timeout)
+            import nbformat
+
             lessons[str(path)] = lesson_of(path, nbformat.read(path, as_version=4))
         except (OSError, ValueError) as e:  # missing, or not a notebook
             print(f"error: cannot read {path}: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_ONLY = ("ipywidgets", "IPython", "nbformat", "nbclient", "jupyter_client", "nbgrader")
@@ -56,7 +57,7 @@ def test_the_library_trains_and_measures_without_the_course_packages(tmp_path):
 
 def test_the_course_packages_are_an_extra_not_a_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    name = lambda req: req.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
+    name = lambda req: Requirement(req).name.lower()  # noqa: E731
     required = {name(r) for r in project["dependencies"]}
     course = {name(r) for r in project["optional-dependencies"]["course"]}
     assert not required & {p.lower() for p in COURSE_ONLY}, "the library's dependencies name a course-only package"

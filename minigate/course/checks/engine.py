@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 import os
 import re
 import sys
@@ -77,6 +78,11 @@ def _fail(message: str, cause: BaseException | None = None):
 
 
 # ── reading outputs ───────────────────────────────────────────────────────────────────────────────────
+
+def is_number(x) -> bool:
+    """A real number, as a learner returns one (int, float, numpy scalar), and not a bool (True is an int in Python)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
 
 def what(x) -> str:
     """A short description of a value, for hints."""

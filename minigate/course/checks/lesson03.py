@@ -11,7 +11,7 @@ from functools import partial
 
 import torch
 
-from .engine import NONE_HINT, Mismatch, Mistake, check, what
+from .engine import NONE_HINT, Mismatch, Mistake, check, is_number, what
 
 EXERCISES = ("bos_tracker", "sink_head_interval")  # its check cells, in the lesson's order
 MISTAKES: dict[str, list[Mistake]] = {}  # exercise -> its typical mistakes, each with its hint, in the order tried
@@ -85,7 +85,7 @@ def _tracked(make_callback):
                                "them in history.metrics, which history.json stores as JSON")
             if k != "max_head" and not (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
                 raise Mismatch(f"{k!r} is an index: expected an int, got {what(v)}")
-            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            if not is_number(v):
                 raise Mismatch(f"expected a number for {k!r}, got {what(v)}")
         return torch.tensor([float(out[k]) for k in KEYS], dtype=torch.float64)
     return run
@@ -254,7 +254,7 @@ def _interval_read(fn: Callable) -> Callable:
                         *((f"counts[{i}]", c) for i, c in enumerate(counts))]:
             if isinstance(v, torch.Tensor) and v.numel() == 1:
                 v = v.item()
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            if not is_number(v):
                 raise Mismatch(f"{name}: expected a number, got {what(v)}")
             values.append(float(v))
         return torch.tensor(values, dtype=torch.float64)

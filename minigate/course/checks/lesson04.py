@@ -3,13 +3,12 @@ head parks its attention, part by part (from which F-Attn follows)."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from functools import partial
 
 import torch
 
-from .engine import NONE_HINT, Mismatch, Mistake, check, randn, what
+from .engine import NONE_HINT, Mismatch, Mistake, check, is_number, randn, what
 from .lesson02 import _copy_parts  # the random part and the copy part of copy-task rows
 
 EXERCISES = ("locate_massive", "bos_noop_test", "bos_share_by_part")  # check cells, in lesson order
@@ -283,7 +282,7 @@ def _verdicts(fn: Callable) -> Callable:
                 verdict, change = (x.item() if isinstance(x, torch.Tensor) and x.numel() == 1 else x for x in got)
                 if not isinstance(verdict, bool):
                     raise Mismatch(f"is_noop: True or False, got {what(verdict)}")
-                if isinstance(change, bool) or not isinstance(change, numbers.Real):
+                if not is_number(change):
                     raise Mismatch(f"change: the loss change in nats, a number; got {what(change)}")
                 out.append(float(verdict))
         return torch.tensor(out, dtype=torch.float64)

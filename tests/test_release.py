@@ -12,6 +12,7 @@ from minigate.cli import main
 from minigate.course.prose import generated_spans, marker
 from minigate.course.release import SHIPPED_DIR
 from minigate.presets import NAMES
+from minigate.rows import read_rows
 from minigate.runs import RunFolder
 from minigate.course import release
 
@@ -80,7 +81,9 @@ def test_every_generated_span_of_the_readmes_is_what_the_stored_numbers_render()
     for doc, found in spans.items():
         for key, text in found.items():
             assert text == rendered[key], (doc, key)
-    assert "1.9x and 2.4x smaller M-Act" in rendered["effect", "code"]  # not called massive: lesson 04
+    x = measure.ratios(release.shipped_rows("code"))
+    m_act = f"{x['headwise']['m_act']:.1f}x and {x['elementwise']['m_act']:.1f}x smaller M-Act"
+    assert m_act in rendered["effect", "code"]  # not called massive: lesson 04
     assert "massive" not in rendered["headline", "code"]
 
 
@@ -180,7 +183,9 @@ def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sent
                        "--out", str(out)]) == 0
     assert out.read_text() == (SHIPPED_DIR.parent / "seeds" / "code.json").read_text()
     sentence = readme.seed_sentence(release.spread(release.seed_rows("code", out)), "code")
-    assert sentence == readme.rendered()["seeds", "code"] and "6 (6-6) of 16 in the baseline" in sentence
+    base = [r.sink_heads_64 for r in read_rows(out).rows if r.variant == "none"]
+    assert sentence == readme.rendered()["seeds", "code"]
+    assert f"{base[0]} ({min(base)}-{max(base)}) of 16 in the baseline" in sentence
 
 
 def test_the_bar_names_each_failure(measurement):
@@ -196,9 +201,23 @@ def test_the_bar_names_each_failure(measurement):
 @pytest.mark.parametrize("preset", ["code", "code-moe"])
 def test_every_shipped_preset_meets_the_bar_but_not_every_aim(preset):
     """The one bar (ship.bar), run on the stored rows; the 3x aim it replaced is missed by the code models' M-Act
-    (1.9x and 2.4x), which the release script reports without failing."""
+    ratios, which the release script reports without failing."""
     rows = release.shipped_rows(preset)
     assert [what for what, holds in ship.bar(rows) if not holds] == []
     x = measure.ratios(rows)
     if preset == "code":
         assert x["headwise"]["m_act"] < ship.AIM and x["elementwise"]["m_act"] < ship.AIM
+
+
+def test_one_pinned_corpus_covers_the_code_seeds():
+    """Every row of data/seeds/code.json read the one pinned python-code corpus: the lock the checkout holds (its
+    SHA-256) and the same contents SHA-256, the shipped trio's (run.json) among them."""
+    from minigate.data.code_wheels import LOCK_FILE, load_lock
+
+    got = read_rows(SHIPPED_DIR.parent / "seeds" / "code.json").rows
+    lock = load_lock(SHIPPED_DIR.parent / LOCK_FILE)  # the checkout's own lock, not a test's subset
+    assert {r.corpus_lock for r in got} == {lock.sha256}, "a seed read another lock"
+    shipped = {json.loads((SHIPPED_DIR / f"code-{n}" / "run.json").read_text())["python_code"]["sha256"]
+               for n in NAMES.values()}
+    assert {r.corpus_sha256 for r in got} == shipped and len(shipped) == 1
+    assert {r.seed for r in got} >= {0, 1} and all(sum(r.seed == s for r in got) == 3 for s in {r.seed for r in got})

@@ -16,7 +16,8 @@ DATA = SHIPPED_DIR.parent
 ROOT = DATA.parent
 STORED = sorted([*DATA.glob("checkpoints/*/measurements.json"), *DATA.glob("seeds/*.json"), *DATA.glob("study/*.json")])
 GPU_ROWS = sorted((ROOT / "research" / "gpu").glob("code-gpu-seed*.json"))  # rows brought back from a GPU machine
-# the commit before issue 56 migrated the files to rows.Row: their numbers as they were
+# the commit before issue 56 migrated the files to rows.Row (their numbers as they were), and the migration's own
+MIGRATED = "9c98337b1befc33e8616dcae1b2dea4f5d435b10"
 BEFORE = "30ccece4b40db5f10fd51d2066216a30b768b2ce"
 ids = lambda paths: [str(p.relative_to(ROOT)) for p in paths]  # noqa: E731
 
@@ -48,26 +49,29 @@ def test_each_stored_file_is_as_write_rows_writes_it(tmp_path, path):
     assert written.read_text() == path.read_text()
 
 
-def _git_show(path: Path) -> dict | None:
+def _git_show(path: Path, commit: str = BEFORE) -> str | None:
     try:
-        out = subprocess.run(["git", "show", f"{BEFORE}:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
+        out = subprocess.run(["git", "show", f"{commit}:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return json.loads(out.stdout) if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
 
 
 @pytest.mark.parametrize("path", STORED + GPU_ROWS, ids=ids(STORED + GPU_ROWS))
-def test_the_migration_changed_no_number(path):
-    """Every value of every row as committed before the migration is the migrated file's, exactly (a null left out
-    is None); the only values added are the sink-head counts of the rows from before they were stored (the GPU
-    machine's rows), each its sink rate times the heads, a whole number."""
-    before = _git_show(path)
-    if before is None:
-        pytest.skip(f"no git history with {BEFORE[:7]} here (a shallow clone or an unpacked wheel)")
-    now = json.loads(path.read_text())
+def test_the_migration_changed_no_number(tmp_path, path):
+    """Every value of every row as committed before the migration is the migrated file's (as the migration committed
+    it: files measured again since hold new numbers), exactly (a null left out is None); the only values added are
+    the sink-head counts of the rows from before they were stored (the GPU machine's rows), each its sink rate times
+    the heads, a whole number."""
+    before, migrated = _git_show(path), _git_show(path, MIGRATED)
+    if before is None or migrated is None:
+        pytest.skip(f"no git history with {BEFORE[:7]} and {MIGRATED[:7]} here (a shallow clone, an unpacked wheel "
+                    "or a file added since)")
+    before, now = json.loads(before), json.loads(migrated)
+    (tmp_path / path.name).write_text(migrated)
     assert {k: v for k, v in before.items() if k != "rows"} == {k: v for k, v in now.items() if k != "rows"}
-    old, new = _row_dicts(before), [r.record() for r in rows.read_rows(path).rows]
+    old, new = _row_dicts(before), [r.record() for r in rows.read_rows(tmp_path / path.name).rows]
     assert len(old) == len(new)
     for o, n in zip(old, new, strict=True):
         assert {k: v for k, v in o.items() if v is not None} == {k: v for k, v in n.items() if k in o}

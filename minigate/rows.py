@@ -7,7 +7,7 @@ writes these files.
     data/study/<axis>.json                     the study: {"axis", "protocol", "points", "rows"}  research/
 
     f = read_rows("data/seeds/code.json")       # RowFile: .rows (list of Row), .protocol, .header ({"preset": ...})
-    f.rows[0].variant, f.rows[0].m_act          # attributes, typed: "none", 76.7
+    f.rows[0].variant, f.rows[0].m_act          # attributes, typed: "none", 73.7
     write_rows(path, f.rows, protocol=f.protocol, **f.header)
 
 A Row is a `Measurement` (the numbers of analysis.PublishedMeasures, the model's name, its validation loss) with what

@@ -105,15 +105,16 @@ def test_a_measurement_that_disagrees_with_measurements_json_names_the_number(tm
     """measure_shipped fails, naming the number and the fix, when a stored number is not what the weights give."""
     shutil.copytree(SHIPPED_DIR / "code-headwise", tmp_path / "code-headwise")
     stored = json.loads((tmp_path / "code-headwise" / measure.MEASUREMENTS).read_text())
+    m_act, heads = stored["m_act"], stored["sink_heads_64"]  # what the weights give
     stored["m_act"] += 1.0
     (tmp_path / "code-headwise" / measure.MEASUREMENTS).write_text(json.dumps(stored))
-    with pytest.raises(ValueError, match=r"code-headwise: m_act is 41\.\d+ measured here but 42\.\d+ in its "
-                                         r"measurements\.json: .* reinstall minigate"):
+    with pytest.raises(ValueError, match=rf"code-headwise: m_act is {int(m_act)}\.\d+ measured here but "
+                                         rf"{int(m_act + 1)}\.\d+ in its measurements\.json: .* reinstall minigate"):
         release.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
     stored["m_act"] -= 1.0
     stored["sink_heads_64"] += 1  # a count: compared exactly
     (tmp_path / "code-headwise" / measure.MEASUREMENTS).write_text(json.dumps(stored))
-    with pytest.raises(ValueError, match=r"code-headwise: sink_heads_64 is 2 measured here but 3"):
+    with pytest.raises(ValueError, match=rf"code-headwise: sink_heads_64 is {heads} measured here but {heads + 1}"):
         release.measure_shipped("code-headwise", prose=prose, shipped=tmp_path)
 
 

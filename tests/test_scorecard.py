@@ -3,6 +3,7 @@ the rule text stating the bar the function applies, fragile verdicts, the claim-
 its numbers are the measured ones."""
 
 import dataclasses
+import json
 import math
 import re
 from types import SimpleNamespace
@@ -332,13 +333,18 @@ def test_the_scorecard_states_the_stored_measurements(card):
 
 @pytest.mark.slow
 def test_the_overrides_are_lesson_06s(card):
-    """The <bos> costs are lesson 06's printed ones (+0.114 [+0.092, +0.136] for the code baseline), and the headwise
-    code model's, +0.128, is within the noise of it: the code verdict is the elementwise model's clear contradiction."""
+    """The <bos> costs are the ones lesson 06 prints (its stored outputs: baseline, headwise, elementwise code models),
+    and the code verdict is the worse twin's: the headwise model pays clearly less, the elementwise within noise."""
+    nb = json.loads((ROOT / "solutions" / "06_breaking_the_gates.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                      for o in c.get("outputs", []))
+    cost = {n: re.search(rf"code-{n} +all layers +(\S+ \[\S+ \S+\])", printed).group(1)
+            for n in ("baseline", "headwise", "elementwise")}
     e = {(x.claim, x.setting): x for x in card}
-    assert e["bos", "code"].value.startswith("+0.114 [+0.092, +0.136] -> +0.128 [+0.100, +0.158] / +0.168")
+    assert e["bos", "code"].value.startswith(f"{cost['baseline']} -> {cost['headwise']} / {cost['elementwise']}")
     twins = e["bos", "code"].evidence.twins
-    assert twins["headwise"].low < 1 < twins["headwise"].high and twins["elementwise"].high < 1
-    assert e["bos", "code"].verdict == "contradicted"
+    assert twins["headwise"].low > 1 and twins["elementwise"].low < 1 < twins["elementwise"].high
+    assert e["bos", "code"].verdict == "within noise"
 
 
 @pytest.mark.slow
@@ -347,7 +353,9 @@ def test_fragile_verdicts_are_marked(card):
     assert "one head" in e["sink heads", "copy"].fragile and "one head" in e["sink heads", "induction"].fragile
     assert all("one model" in x.fragile for x in card if x.setting in ("code-moe", "copy", "induction", "lesson 08")
                and x.verdict != "within noise")
-    assert not any(e[c, s].fragile for c in ("sink heads", "f_attn", "m_act") for s in ("code", "code-gpu"))
+    natural = [(c, s) for c in ("sink heads", "f_attn", "m_act") for s in ("code", "code-gpu")]
+    assert [(c, s) for c, s in natural if e[c, s].fragile] == [("sink heads", "code")]  # a seed one head apart
+    assert "one head" in e["sink heads", "code"].fragile
 
 
 @pytest.mark.slow

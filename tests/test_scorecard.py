@@ -15,6 +15,7 @@ from minigate.analysis import published_measures
 from minigate.course import ROOT
 from minigate.course import scaling
 from minigate.course import scorecard as sc
+from minigate.course.prose import printed_text
 from minigate.course.published import REPORTED_CLOSED
 from minigate.course import release
 
@@ -336,8 +337,7 @@ def test_the_overrides_are_lesson_06s(card):
     """The <bos> costs are the ones lesson 06 prints (its stored outputs: baseline, headwise, elementwise code models),
     and the code verdict is the worse twin's: the headwise model pays clearly less, the elementwise within noise."""
     nb = json.loads((ROOT / "solutions" / "06_breaking_the_gates.ipynb").read_text())
-    printed = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
-                      for o in c.get("outputs", []))
+    printed = printed_text(nb)
     cost = {n: re.search(rf"code-{n} +all layers +(\S+ \[\S+ \S+\])", printed).group(1)
             for n in ("baseline", "headwise", "elementwise")}
     e = {(x.claim, x.setting): x for x in card}

@@ -137,9 +137,9 @@ PRESETS: dict[str, Preset] = {
     # ~1.38M parameters; the natural-data recipe for 2 CPU cores: seq_len 512 on python-code, 4000 steps x 4k tokens
     # (16M tokens, about a third of a pass); lr constant after warmup, then a linear decay over the last 20% (wsd);
     # precision "auto": bf16 on a CPU with native bf16, 22-47 minutes per model alone on 2 cores, else fp32 with
-    # train()'s tuned allocator, 37-66 minutes (the first seeds' runs); about 90 minutes in fp32 at one thread beside a
-    # second training on 2 AVX2 cores (the pinned seeds). The pilots that chose it and what it grows: docs/experiments.md
-    # sections 13-14 and 17
+    # train()'s tuned allocator, 37-66 minutes (the first seeds' runs); about 90 minutes in fp32 at one thread beside
+    # a second training on 2 AVX2 cores (the pinned seeds). The pilots that chose it and what it grows:
+    # docs/experiments.md sections 13-14 and 17
     "code": Preset(
         about="the natural-data recipe for 2 CPU cores: 22-66 min per model (the code-* checkpoints)",
         corpus="python-code", probe="wikitext-2", model=_CODE_MODEL, train=_CODE_TRAIN),

@@ -18,7 +18,7 @@ import torch
 from minigate import Transformer, measure
 from minigate.course.grow import CPU_RECIPE, GPU_RECIPE, Grow, _any_running, _tree, find_grown, recipe_for
 from minigate.presets import NAMES, PRESETS, VARIANTS, model_config
-from minigate.course.release import SHIPPED_DIR
+from minigate.course.release import SEEDS_DIR, SHIPPED_DIR
 from minigate.runfolder import lock_holder
 from minigate.train import train
 
@@ -225,7 +225,7 @@ def test_lesson_04_finds_a_code_gpu_trio_and_counts_its_own_heads(tmp_path):
     """A trio grown on a GPU (code-gpu: 6 layers x 8 heads), copied to a kept folder (Drive in Colab): find_grown finds
     it there, and compare() counts 48 heads and sets it beside code-gpu's own seeds, with no shipped trio to show."""
     kept = tmp_path / "drive"
-    seeds_corpus = json.loads((SHIPPED_DIR.parent / "seeds" / "code-gpu.json").read_text())["rows"][0]
+    seeds_corpus = json.loads((SEEDS_DIR / "code-gpu.json").read_text())["rows"][0]
     for v in VARIANTS:
         folder = Grow(seed=4, preset="code-gpu", root=kept).folder(v)
         _tiny_run(folder, "code-gpu", v)
@@ -283,7 +283,7 @@ def test_lesson_03_compares_the_finished_trio_with_the_shipped_one(tmp_path):
         assert stored["name"] == f"yours-{name}" and stored["protocol"]["windows"] == 75
     ratios = [line.split(":", 1)[1] for line in lines if line.startswith(("shipped:", "yours:"))]
     assert len(ratios) == 2 and ratios[0] == ratios[1]
-    rows = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())["rows"]
+    rows = json.loads((SEEDS_DIR / "code.json").read_text())["rows"]
     shipped = json.loads((SHIPPED_DIR / "code-baseline" / "run.json").read_text())["python_code"]["sha256"]
     if {r["corpus_sha256"] for r in rows} == {shipped}:  # every seed on the shipped trio's corpus: set beside
         assert "(data/seeds/code.json)" in text and "seed 0's value (the shipped models)" in text

@@ -12,7 +12,7 @@ import torch
 import minigate
 from minigate import analysis, data, measure
 from minigate.rows import read_rows
-from minigate.course.release import SHIPPED_DIR
+from minigate.course.release import SEEDS_DIR, SHIPPED_DIR
 from minigate.presets import NAMES, model_config
 from minigate.course import release
 
@@ -147,7 +147,7 @@ def test_the_shipped_measurements_are_what_the_shipped_weights_give():
 
 
 def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
-    stored = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())["rows"][0]  # every field of a row
+    stored = json.loads((SEEDS_DIR / "code.json").read_text())["rows"][0]  # every field of a row
     rec = lambda seed, v, excess, m_act, sinks, head: {  # noqa: E731
         **stored, "seed": seed, "variant": v, "f_attn_excess": excess, "m_act": m_act, "heads": 16,
         "sink_heads_64": sinks, "max_head_64": head}
@@ -175,7 +175,7 @@ def test_spread_gives_seed_0_the_range_and_how_often_the_gate_helped(tmp_path):
 def test_the_recorded_seeds_are_measured_as_the_shipped_models():
     """data/seeds/code.json: seed 0 is the shipped trio's measurements.json, every row names its corpus, precision
     and speed, and each seed holds the three variants once."""
-    data_ = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
+    data_ = json.loads((SEEDS_DIR / "code.json").read_text())
     assert data_["protocol"]["windows_sha256"] == release.stored("code-baseline")["protocol"]["windows_sha256"]
     seeds = release.seed_rows()
     assert set(seeds[0]) == set(NAMES) and len(seeds) >= 2

@@ -10,8 +10,9 @@ import minigate
 from minigate import data, measure
 from minigate.cli import main
 from minigate.course.prose import generated_spans, marker
-from minigate.course.release import SHIPPED_DIR
+from minigate.course.release import SEEDS_DIR, SHIPPED_DIR
 from minigate.presets import NAMES
+from minigate.resources import DATA_DIR
 from minigate.rows import read_rows
 from minigate.runs import RunFolder
 from minigate.course import release
@@ -172,16 +173,16 @@ def test_scripts_seeds_keeps_the_recorded_seeds_and_rewrites_only_the_seeds_sent
     """scripts/seeds.py --rows data/seeds/code.json: seed 0 from the shipped measurements.json, the other seeds as
     recorded, the same file again (a row from before the stored counts is refused, naming its migration); the file it
     writes renders the seeds sentence the READMEs state."""
-    recorded = json.loads((SHIPPED_DIR.parent / "seeds" / "code.json").read_text())
+    recorded = json.loads((SEEDS_DIR / "code.json").read_text())
     old = dict(recorded, rows=[{k: v for k, v in r.items() if k not in ("heads", "sink_heads", "sink_heads_64")}
                                for r in recorded["rows"]])
     (tmp_path / "old.json").write_text(json.dumps(old))
     out = tmp_path / "code.json"
     with pytest.raises(ValueError, match="before the sink-head counts were stored; migrate it"):
         seeds.main(["--preset", "code", "--rows", str(tmp_path / "old.json"), "--out", str(out)])
-    assert seeds.main(["--preset", "code", "--rows", str(SHIPPED_DIR.parent / "seeds" / "code.json"),
+    assert seeds.main(["--preset", "code", "--rows", str(SEEDS_DIR / "code.json"),
                        "--out", str(out)]) == 0
-    assert out.read_text() == (SHIPPED_DIR.parent / "seeds" / "code.json").read_text()
+    assert out.read_text() == (SEEDS_DIR / "code.json").read_text()
     sentence = readme.seed_sentence(release.spread(release.seed_rows("code", out)), "code")
     base = [r.sink_heads_64 for r in read_rows(out).rows if r.variant == "none"]
     assert sentence == readme.rendered()["seeds", "code"]
@@ -214,8 +215,8 @@ def test_one_pinned_corpus_covers_the_code_seeds():
     SHA-256) and the same contents SHA-256, the shipped trio's (run.json) among them."""
     from minigate.data.code_wheels import LOCK_FILE, load_lock
 
-    got = read_rows(SHIPPED_DIR.parent / "seeds" / "code.json").rows
-    lock = load_lock(SHIPPED_DIR.parent / LOCK_FILE)  # the checkout's own lock, not a test's subset
+    got = read_rows(SEEDS_DIR / "code.json").rows
+    lock = load_lock(DATA_DIR / LOCK_FILE)  # the checkout's own lock, not a test's subset
     assert {r.corpus_lock for r in got} == {lock.sha256}, "a seed read another lock"
     shipped = {json.loads((SHIPPED_DIR / f"code-{n}" / "run.json").read_text())["python_code"]["sha256"]
                for n in NAMES.values()}

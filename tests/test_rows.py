@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from minigate import rows
-from minigate.course.release import SHIPPED_DIR
+from minigate.course.release import SEEDS_DIR, SHIPPED_DIR
+from minigate.resources import DATA_DIR as DATA
 
-DATA = SHIPPED_DIR.parent
 ROOT = DATA.parent
 STORED = sorted([*DATA.glob("checkpoints/*/measurements.json"), *DATA.glob("seeds/*.json"), *DATA.glob("study/*.json")])
 GPU_ROWS = sorted((ROOT / "research" / "gpu").glob("code-gpu-seed*.json"))  # rows brought back from a GPU machine
@@ -84,7 +84,7 @@ def test_the_migration_changed_no_number(tmp_path, path):
 
 # ── each field in turn: dropped, of the wrong type, unknown ────────────────────────────────────────────────────────
 
-SEEDS = DATA / "seeds" / "code.json"
+SEEDS = SEEDS_DIR / "code.json"
 STUDY = DATA / "study" / "length.json"
 WRONG = {int: "7", float: "x", str: 7, list: "x"}  # a value of the wrong type for each kind of field
 

@@ -30,9 +30,6 @@ from ..runfolder import read_run_json
 SHIPPED_DIR = DATA_DIR / "checkpoints"
 SEEDS_DIR = DATA_DIR / "seeds"  # <preset>.json: a recipe's seeds, measured (scripts/seeds.py)
 
-SHIPPED_DIR = DATA_DIR / "checkpoints"
-SEEDS_DIR = DATA_DIR / "seeds"  # <preset>.json: a recipe's seeds, measured (scripts/seeds.py)
-
 
 def shipped_names() -> list[str]:
     """Names of the checkpoints in data/checkpoints/ (e.g. "copy-baseline", "copy-headwise")."""

@@ -25,11 +25,12 @@ import torch
 from ..measure import ratios
 from ..model import Transformer
 from ..presets import GATED, PRESETS, model_config
-from .release import SEEDS_DIR, SHIPPED_DIR
+from ..resources import DATA_DIR
+from .release import SEEDS_DIR
 from ..rows import Row, read_rows
 from .published import TABLE_4_RATIOS
 
-DATA = SHIPPED_DIR.parent  # data/
+DATA = DATA_DIR  # data/
 # each measure's panel title; the sink rate is the share of heads that are sink heads (analysis.SINK_THRESHOLD), and
 # its baseline / gated ratio is that of the sink-head counts: both models have the same heads
 MEASURES = {"sink_rate_64": "sink rate at T=64", "f_attn_excess": "F-Attn above uniform", "m_act": "M-Act"}

@@ -21,9 +21,11 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	# the CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build here
-	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[course,dev]"
+	# the CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build here. --no-compile:
+	# Python compiles a module on its first import; pip would compile all of them (torch, transformers, jupyterlab...),
+	# 110 s of CI's 2 cores for modules no test imports
+	$(BIN)/pip install --quiet --no-compile "torch==2.13.0"
+	$(BIN)/pip install --quiet --no-compile -e ".[course,dev]"
 	touch $(STAMP)
 
 # JupyterLab refuses to start as root (a container, a cloud VM, a CI runner) unless given its own --allow-root switch;

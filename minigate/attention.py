@@ -202,8 +202,9 @@ class Attention(nn.Module):
             return rearrange(z, "batch head pos d_head -> batch pos head d_head")
         scores = einsum(q, k, "batch head query_pos d_head, batch head key_pos d_head -> batch head query_pos key_pos")
         T = q.shape[-2]
-        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # key_pos <= query_pos
-        scores = self.hook_attn_scores((scores / math.sqrt(q.shape[-1])).masked_fill(~causal, float("-inf")))
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # key_pos > query_pos
+        # in place: the einsum's output is fresh and its backward does not need it (two (pos x pos) copies saved)
+        scores = self.hook_attn_scores(scores.div_(math.sqrt(q.shape[-1])).masked_fill_(future, float("-inf")))
         pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
         z = einsum(pattern, v, "batch head query_pos key_pos, batch head key_pos d_head -> batch head query_pos d_head")
         return rearrange(z, "batch head query_pos d_head -> batch query_pos head d_head")

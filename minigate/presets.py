@@ -141,7 +141,8 @@ PRESETS: dict[str, Preset] = {
     # a second training on 2 AVX2 cores (the pinned seeds). The pilots that chose it and what it grows:
     # docs/experiments.md sections 13-14 and 17
     "code": Preset(
-        about="the natural-data recipe for 2 CPU cores: 22-66 min per model (the code-* checkpoints)",
+        about="the natural-data recipe for 2 CPU cores (the code-* checkpoints): 22-66 min per model alone, ~90 "
+              "beside a second training",
         corpus="python-code", probe="wikitext-2", model=_CODE_MODEL, train=_CODE_TRAIN),
     # ~3.2M parameters (1.4M active per token); the code recipe with a mixture-of-experts feed-forward, as the
     # paper's headline models are MoE (15B-A2.5B): 8 experts of width 192, 2 per token, so each token runs the dense

@@ -48,17 +48,16 @@ FORCED   = $(shell $(BIN)/python tests/float_paths.py --other)
 # JOBS pytest workers (pytest-xdist), one torch thread each, a test file or notebook per worker: on CI's 2 cores two
 # single-threaded workers beat one process with two threads (most of a test is Python, not matmuls)
 JOBS    ?= 2
-XDIST    = -n $(JOBS) --dist loadfile --no-loadscope-reorder
-
-# The files in the order given here, the longest first (xdist's own order is by number of tests, which sent the longest
-# notebooks last, one worker finishing them alone): longest-first lets the two workers end together. Seconds per file
-# on 2 cores: test_grow 190, lesson 08 190 (SSE4.2: 250), lesson 03 135 (190), test_nbgrader 130, test_colab 115,
-# test_distributed 90, lessons 07, 04 and 06 75, 70 and 55; every other file under 50.
-LONGEST  = tests/test_grow.py lessons/08_beyond_the_paper.ipynb lessons/03_training_tiny_models.ipynb \
-           tests/test_nbgrader.py tests/test_colab.py tests/test_distributed.py lessons/07_paper_1b_models.ipynb \
-           lessons/04_sinks_and_massive_activations.ipynb lessons/06_breaking_the_gates.ipynb
-IN_ORDER = $(LONGEST) $(filter-out $(LONGEST),$(sort $(wildcard tests/test_*.py tests/*/test_*.py)) \
-           $(wildcard lessons/*.ipynb))
+XDIST    = -n $(JOBS) --dist loadfile
+# solutions/ in the order given, the longest notebooks first (xdist's own order is by number of cells, which can leave
+# the longest for last, one worker running it alone). The first run keeps xdist's order: tried longest-first, it took
+# 957 s against 796 s in xdist's order (another day on the same 2 cores), its subprocess-heavy tests (test_grow,
+# test_nbgrader) each slower next to the longest notebooks. Seconds per notebook under make test: 08 190 (SSE4.2: 250),
+# 03 135 (190), 07 75, 04 70, 06 55.
+LONGEST  = 08_beyond_the_paper 03_training_tiny_models 07_paper_1b_models 04_sinks_and_massive_activations \
+           06_breaking_the_gates
+SOLUTIONS = $(foreach n,$(LONGEST),solutions/$(n).ipynb) \
+            $(filter-out $(foreach n,$(LONGEST),solutions/$(n).ipynb),$(sort $(wildcard solutions/*.ipynb)))
 PYTEST   = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest $(XDIST)
 # the same from the wheel's environment (below); PYTHONSAFEPATH: no process of it imports the checkout's minigate from
 # the current folder
@@ -74,9 +73,9 @@ test: install
 	export MINIGATE_CACHE_DIR=$$tmp/cache MINIGATE_WHEEL_DIR=$$tmp/wheel && \
 	$(BIN)/python tests/colab_env.py wheel $$tmp/wheel && \
 	$(BIN)/python tests/float_paths.py --show && \
-	$(PYTEST) $(IN_ORDER) $(NBVAL) --durations=15 && \
+	$(PYTEST) tests/ $(wildcard lessons/*.ipynb) $(NBVAL) --durations=15 && \
 	$(FORCED) $(BIN)/python tests/float_paths.py --show && \
-	$(FORCED) $(WHEEL_PYTEST) $(subst lessons/,solutions/,$(filter lessons/%,$(IN_ORDER))) $(NBVAL) --durations=5
+	$(FORCED) $(WHEEL_PYTEST) --no-loadscope-reorder $(SOLUTIONS) $(NBVAL) --durations=5
 
 # The edit-run loop: tests/ without the tests marked slow (@pytest.mark.slow: training, subprocesses, notebooks, the
 # wheel; registered in tests/conftest.py) and without the notebooks. make test runs them all.

@@ -62,6 +62,22 @@ def test_sdpa_path_equals_explicit_path(kw, tiny, tokens):
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
+def test_explicit_path_gives_the_fused_paths_gradients(kw, tiny, tokens):
+    """Training through a hooked pattern (the explicit path scales and masks its scores in place) gives the gradients
+    of the fused path: the in-place steps break no backward."""
+    grads = []
+    for hooked in (False, True):
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig(**tiny, **kw))
+        hooks = [(lambda n: n.endswith("hook_pattern"), lambda pattern, hook: pattern)] if hooked else []
+        logits = model.run_with_hooks(tokens(), fwd_hooks=hooks)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens().flatten()).backward()
+        grads.append({name: p.grad for name, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=IDS)
 def test_forward_backward_and_gate_gets_gradient(kw, tiny, tokens):
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**tiny, **kw))

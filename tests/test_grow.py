@@ -25,7 +25,9 @@ from minigate.train import train
 FAST = {"eval_every": 2, "ckpt_every": 2, "eval_batches": 1, "batch_size": 4, "seq_len": 32}
 
 
-def wait(grow: Grow, until, timeout: float = 90.0):
+# a guard against a hang, not a timing: on 2 busy cores (the other pytest worker running torchrun's two ranks or a
+# training notebook) three ci runs of 250 steps took over 90 s
+def wait(grow: Grow, until, timeout: float = 300.0):
     t0 = time.monotonic()
     while not until():
         assert time.monotonic() - t0 < timeout, {v: p for v, p in grow.status().items()}
@@ -189,7 +191,7 @@ def test_stop_checkpoints_the_model_in_training_and_ends_the_whole_group(tmp_pat
     t0 = time.monotonic()
     while grow.progress("none").step < 3:
         grow.status()
-        assert time.monotonic() - t0 < 90, grow.status()
+        assert time.monotonic() - t0 < 300, grow.status()
     pid = lock_holder(grow.base)["pid"]
     group = [int(p) for p in subprocess.run(["pgrep", "-g", str(os.getpgid(pid))], capture_output=True,
                                             text=True).stdout.split()]

@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	# the CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build here. --no-compile:
 	# Python compiles a module on its first import; pip would compile all of them (torch, transformers, jupyterlab...),
-	# 110 s of CI's 2 cores for modules no test imports
+	# 90 s of CI's 2 cores (147 -> 78 s and 33 -> 12 s here) for modules no test imports
 	$(BIN)/pip install --quiet --no-compile "torch==2.13.0"
 	$(BIN)/pip install --quiet --no-compile -e ".[course,dev]"
 	touch $(STAMP)
@@ -53,7 +53,7 @@ XDIST    = -n $(JOBS) --dist loadfile
 # the longest for last, one worker running it alone). The first run keeps xdist's order: tried longest-first, it took
 # 957 s against 796 s in xdist's order (another day on the same 2 cores), its subprocess-heavy tests (test_grow,
 # test_nbgrader) each slower next to the longest notebooks. Seconds per notebook under make test: 08 190 (SSE4.2: 250),
-# 03 135 (190), 07 75, 04 70, 06 55.
+# 03 95 (140), 07 75, 04 70, 06 55.
 LONGEST  = 08_beyond_the_paper 03_training_tiny_models 07_paper_1b_models 04_sinks_and_massive_activations \
            06_breaking_the_gates
 SOLUTIONS = $(foreach n,$(LONGEST),solutions/$(n).ipynb) \

@@ -118,13 +118,15 @@ def ship_one(run_dir: Path, ship: Path, prose: torch.Tensor) -> dict:
 
 def shown_in(root: Path = ROOT, preset: str = "code") -> tuple[list[Path], list[Path]]:
     """(docs, lessons) that state a preset's shipped numbers: the READMEs that mark its table or sentence
-    (scripts/readme.py's markers) and the solutions notebooks that measure its models with measure_preset or
-    measure_shipped, naming the preset ("code") or a model ("code-baseline", f"code-{name}"; not "code-moe-...")."""
+    (scripts/readme.py's markers) and the solutions notebooks that measure its models (measure_preset,
+    measure_shipped, or measure_model checked with check_measurement), naming the preset ("code") or a model
+    ("code-baseline", f"code-{name}"; not "code-moe-...")."""
     docs = [p for p in (root / "README.md", root / "data" / "checkpoints" / "README.md")
             if p.is_file() and any(marker(kind, preset) in p.read_text() for kind in ("table", "effect", "headline"))]
     names = re.compile(rf'"{re.escape(preset)}(?:\\?"|-{{|-(?:{"|".join(NAMES.values())}))')  # \\?": JSON's \\"
     lessons = [p for p in sorted((root / "solutions").glob("0*.ipynb"))
-               if re.search(r"measure_(?:preset|shipped)\(", p.read_text()) and names.search(p.read_text())]
+               if re.search(r"measure_(?:preset|shipped)\(|check_measurement\(", p.read_text())
+               and names.search(p.read_text())]
     return docs, lessons
 
 

@@ -57,8 +57,10 @@ def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | 
     """(autocast dtype or None for fp32, whether to use a GradScaler). "auto": on CUDA, bf16 from Ampere on and fp16
     with a GradScaler before (a T4); on a CPU, bf16 where it has native bf16 matrix units (cpu_has_native_bf16),
     else fp32; fp32 on anything else (mps). With MINIGATE_PRECISION set, "auto" is what it names."""
+    named = f"precision={precision!r}"  # where the precision came from, for the errors
     if precision == "auto" and os.environ.get(PRECISION_ENV):
         precision = os.environ[PRECISION_ENV].strip().lower()
+        named = f"{PRECISION_ENV}={precision}"
         if precision not in PRECISIONS:
             raise ValueError(f"{PRECISION_ENV}={precision!r} is not a precision; set it to one of "
                              f"{', '.join(PRECISIONS)}, or unset it")
@@ -68,7 +70,6 @@ def pick_precision(precision: str, device: torch.device) -> tuple[torch.dtype | 
             return PRECISIONS["bf16" if bf16 else "fp16"]
         return PRECISIONS["bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"]
     if precision == "fp16" and device.type != "cuda":
-        named = f"{PRECISION_ENV}=fp16" if os.environ.get(PRECISION_ENV) else "precision='fp16'"
         raise ValueError(f"{named} needs a CUDA GPU (it relies on a GradScaler); on {device.type} "
                          "use 'bf16' or 'fp32'")
     return PRECISIONS[precision]

@@ -64,6 +64,7 @@ def test_an_unknown_preset_is_one_line_of_error():
 @pytest.mark.parametrize("native", [False, True])
 def test_the_precision_report_names_what_auto_chose_and_its_share_of_the_best_matmul(monkeypatch, capsys, native):
     """The hardware query is mocked; the training run and the matmuls are real (the matmul sizes small, for time)."""
+    monkeypatch.delenv(hardware.PRECISION_ENV, raising=False)  # "auto" itself
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(bench_train, "cpu_has_native_bf16", lambda: native)
     best = bench_train.best_matmul_rate

@@ -194,6 +194,7 @@ def test_bf16_autocast_runs_on_cpu(tiny_model, token_split, train_cfg):
 def test_auto_precision_on_a_cpu_is_bf16_only_where_it_has_native_bf16(monkeypatch, native, tiny_model,
                                                                        token_split, train_cfg):
     """The hardware query is mocked, not the arithmetic: the run really trains in what "auto" chose."""
+    monkeypatch.delenv(hardware.PRECISION_ENV, raising=False)  # "auto" itself, not what the environment names
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native)
     cpu = torch.device("cpu")
     assert hardware.pick_precision("auto", cpu) == ((torch.bfloat16, False) if native else (None, False))
@@ -220,6 +221,8 @@ def test_minigate_precision_sets_what_auto_picks(monkeypatch):
     monkeypatch.setenv("MINIGATE_PRECISION", "fp16")
     with pytest.raises(ValueError, match="MINIGATE_PRECISION=fp16 needs a CUDA GPU"):
         hardware.pick_precision("auto", cpu)
+    with pytest.raises(ValueError, match="^precision='fp16' needs a CUDA GPU"):  # named, not from the variable
+        hardware.pick_precision("fp16", cpu)
     monkeypatch.setenv("MINIGATE_PRECISION", "half")
     with pytest.raises(ValueError, match="MINIGATE_PRECISION='half' is not a precision; set it to one of fp32, bf16"):
         hardware.pick_precision("auto", cpu)
@@ -238,6 +241,7 @@ def test_run_json_records_the_precision_used_and_a_resume_elsewhere_says_it_is_n
                                                                                              tiny_model, token_split,
                                                                                              train_cfg):
     tr, va = token_split()
+    monkeypatch.delenv(hardware.PRECISION_ENV, raising=False)  # "auto" itself
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
     T.train(tiny_model(), tr, va, train_cfg(steps=2, warmup_steps=1, precision="auto"), out_dir=tmp_path,
             run_json={"preset": "tiny"}, progress=False)

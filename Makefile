@@ -54,8 +54,8 @@ XDIST    = -n $(JOBS) --dist loadfile
 # solutions/ in the order given, the longest notebooks first (xdist's own order is by number of cells, which can leave
 # the longest for last, one worker running it alone). The first run keeps xdist's order: tried longest-first, it took
 # 957 s against 796 s in xdist's order (another day on the same 2 cores), its subprocess-heavy tests (test_grow,
-# test_nbgrader) each slower next to the longest notebooks. Seconds per notebook under make test: 08 190 (SSE4.2: 250),
-# 03 95 (140), 07 75, 04 70, 06 55.
+# test_nbgrader) each slower next to the longest notebooks. Seconds per notebook in solutions/ under make test on a
+# 2-core AVX-512 machine (its AVX2 path): 08 139, 03 74, 04 46, 06 45, 07 23, then 05, 02 and 01 under 20 each.
 LONGEST  = 08_beyond_the_paper 03_training_tiny_models 07_paper_1b_models 04_sinks_and_massive_activations \
            06_breaking_the_gates
 SOLUTIONS = $(foreach n,$(LONGEST),solutions/$(n).ipynb) \
